@@ -1,0 +1,186 @@
+//! Command-line types (clap derive) and nothing else. Global flags are `global = true`, so they
+//! work before or after the subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done / nothing to do
+  1  runtime error
+  2  bad usage or rejected input (unknown work item, invalid id, bad signature, malformed body)
+  3  a verdict or gate said no (gate not satisfied, tests FAIL, rolled back)
+  4  busy or deferred, try later (lease held by a live owner, lost compare-and-swap)
+  5  held or blocked, needs a human";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "orch",
+    version,
+    about = "Runs an AI-agent software-development pipeline: tasks, stages, gates, queue",
+    after_help = EXIT_CODES
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// Config file (default: $ORCH_CONFIG, ./orch.yaml, /etc/orch/orch.yaml)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// State directory (overrides the config and $ORCH_STATE_DIR)
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Print one JSON object on stdout
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output on stderr (repeat for more)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Less log output on stderr
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a commented starter orch.yaml and create the state directory and database
+    Init {
+        /// Directory for orch.yaml (default: the current directory)
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Tasks: add, list, show
+    #[command(subcommand)]
+    Task(TaskCmd),
+    /// Record the human approval of the analysis and advance when the files exist
+    Approve { work_item: String },
+    /// Confirm a production deploy of a task in `deploy`
+    ConfirmDeploy { work_item: String },
+    /// Cancel a task (STOP): stop its agent, cancel its jobs, tombstone its id
+    Cancel {
+        work_item: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Evaluate the exit gate of the current stage and apply the decision
+    Advance(AdvanceArgs),
+    /// Pause a task (or set a breakpoint with --before)
+    Pause {
+        work_item: String,
+        #[arg(long)]
+        reason: String,
+        /// Run unattended until the transition that would enter STAGE, then pause there
+        #[arg(long, value_name = "STAGE")]
+        before: Option<String>,
+    },
+    /// Resume a paused task (also clears a hold)
+    Resume { work_item: String },
+    /// Hold every new analysis of a repo
+    Freeze {
+        repo: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Lift a repo freeze
+    Unfreeze { repo: String },
+    /// Counts, running and queued jobs with why each waits, active tasks, gates, leases
+    Queue {
+        #[arg(long)]
+        repo: Option<String>,
+    },
+    /// Where a task is and exactly what it waits for
+    Why { work_item: String },
+    /// Transition and merge leases
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// Reports over the history
+    #[command(subcommand)]
+    Report(ReportCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCmd {
+    /// Create a task and start it (enqueue the analyst)
+    Add(TaskAddArgs),
+    /// Active tasks (all with --all)
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        repo: Option<String>,
+        #[arg(long)]
+        stage: Option<String>,
+    },
+    /// One task with its jobs, history and artifacts
+    Show { work_item: String },
+}
+
+#[derive(Debug, Args)]
+pub struct TaskAddArgs {
+    #[arg(long)]
+    pub repo: String,
+    #[arg(long)]
+    pub title: String,
+    /// The tracker's id (default: <prefix>-<n>)
+    #[arg(long)]
+    pub work_item: Option<String>,
+    #[arg(long, value_name = "FILE")]
+    pub description_file: Option<PathBuf>,
+    /// Put the task on the bug track (skips architecture)
+    #[arg(long)]
+    pub bug: bool,
+    #[arg(long = "label", value_name = "LABEL")]
+    pub labels: Vec<String>,
+    #[arg(long = "depends-on", value_name = "WI")]
+    pub depends_on: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AdvanceArgs {
+    pub work_item: String,
+    /// Act only if the task is still at this stage (compare-and-swap)
+    #[arg(long, value_name = "STAGE")]
+    pub expect_stage: Option<String>,
+    /// Advance as this role (the supervisor finishing a job)
+    #[arg(long = "as", value_name = "ROLE")]
+    pub as_role: Option<String>,
+    /// Operator override: move to STAGE whatever the gate says (needs --reason)
+    #[arg(long, value_name = "STAGE", requires = "reason")]
+    pub to: Option<String>,
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// With --to: set the developer retry count back to 0
+    #[arg(long, requires = "to")]
+    pub reset_retries: bool,
+    /// Explain the decision, change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeaseCmd {
+    /// Transition and merge leases with their owners' liveness
+    List,
+    /// Release a task's transition lease, or a repo's merge lease with --merge
+    Release {
+        /// The work item (omit with --merge)
+        work_item: Option<String>,
+        #[arg(long, value_name = "REPO", conflicts_with = "work_item")]
+        merge: Option<String>,
+        /// Release even when the owner is alive
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCmd {
+    /// Every operator override with the verdict it overrode
+    Overrides,
+}

@@ -1,0 +1,11 @@
+//! `orch approve <WI>`: the human approval of the analysis (SPEC §3.5).
+
+use anyhow::Result;
+
+use crate::Ctx;
+use crate::error::Code;
+
+pub fn run(ctx: &mut Ctx, wi: &str) -> Result<Code> {
+    let g = crate::ops::task::approve(ctx, wi)?;
+    Ok(super::print_gesture(ctx.json, &g))
+}

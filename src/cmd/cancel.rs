@@ -1,0 +1,11 @@
+//! `orch cancel <WI>` (STOP, SPEC §3.6).
+
+use anyhow::Result;
+
+use crate::Ctx;
+use crate::error::Code;
+
+pub fn run(ctx: &mut Ctx, wi: &str, reason: Option<&str>) -> Result<Code> {
+    let g = crate::ops::task::cancel(ctx, wi, reason)?;
+    Ok(super::print_gesture(ctx.json, &g))
+}

@@ -1,0 +1,11 @@
+//! `orch confirm-deploy <WI>`: the only trigger of a production deploy (SPEC §3.5).
+
+use anyhow::Result;
+
+use crate::Ctx;
+use crate::error::Code;
+
+pub fn run(ctx: &mut Ctx, wi: &str) -> Result<Code> {
+    let g = crate::ops::task::confirm_deploy(ctx, wi)?;
+    Ok(super::print_gesture(ctx.json, &g))
+}

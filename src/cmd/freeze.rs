@@ -1,0 +1,11 @@
+//! `orch freeze <repo> --reason TEXT` (SPEC §3.7).
+
+use anyhow::Result;
+
+use crate::Ctx;
+use crate::error::Code;
+
+pub fn run(ctx: &mut Ctx, repo: &str, reason: &str) -> Result<Code> {
+    let msg = crate::ops::task::freeze(ctx, repo, reason)?;
+    Ok(super::print_message(ctx.json, &msg))
+}

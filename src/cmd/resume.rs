@@ -1,0 +1,11 @@
+//! `orch resume <WI>` (SPEC §3.7).
+
+use anyhow::Result;
+
+use crate::Ctx;
+use crate::error::Code;
+
+pub fn run(ctx: &mut Ctx, wi: &str) -> Result<Code> {
+    let g = crate::ops::task::resume(ctx, wi)?;
+    Ok(super::print_gesture(ctx.json, &g))
+}

@@ -1,0 +1,227 @@
+//! `orch task add | list | show`.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::Ctx;
+use crate::cli::{TaskAddArgs, TaskCmd};
+use crate::domain::time::human_duration;
+use crate::error::Code;
+use crate::ops::show::{self, TaskOut};
+use crate::ops::task::{self, AddRequest};
+use crate::output;
+
+#[derive(Serialize)]
+struct AddedOut<'a> {
+    schema_version: u32,
+    work_item: &'a str,
+    stage: &'static str,
+    branch: &'a str,
+    enqueued_job: i64,
+}
+
+#[derive(Serialize)]
+struct ListOut<'a> {
+    schema_version: u32,
+    tasks: &'a [TaskOut],
+}
+
+pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
+    match cmd {
+        TaskCmd::Add(a) => add(ctx, a),
+        TaskCmd::List { all, repo, stage } => {
+            let tasks = show::list(ctx, all, repo.as_deref(), stage.as_deref())?;
+            if ctx.json {
+                output::json(&ListOut {
+                    schema_version: 1,
+                    tasks: &tasks,
+                });
+            } else {
+                output::table(
+                    None,
+                    &[
+                        "work item",
+                        "repo",
+                        "stage",
+                        "in stage",
+                        "retries",
+                        "flags",
+                        "title",
+                    ],
+                    tasks
+                        .iter()
+                        .map(|t| {
+                            let flags: Vec<&str> = [
+                                (t.paused, "paused"),
+                                (t.blocked, "blocked"),
+                                (t.held, "held"),
+                            ]
+                            .iter()
+                            .filter(|(on, _)| *on)
+                            .map(|(_, n)| *n)
+                            .collect();
+                            vec![
+                                t.work_item.clone(),
+                                t.repo.clone(),
+                                t.stage.clone(),
+                                human_duration(t.age_in_stage_s),
+                                t.dev_retries.to_string(),
+                                flags.join(","),
+                                t.title.clone(),
+                            ]
+                        })
+                        .collect(),
+                    "no tasks",
+                );
+            }
+            Ok(Code::Ok)
+        }
+        TaskCmd::Show { work_item } => {
+            let d = show::show(ctx, &work_item)?;
+            if ctx.json {
+                output::json(&d);
+                return Ok(Code::Ok);
+            }
+            output::line(&format!("{} — {}", d.work_item, d.title));
+            output::line(&format!(
+                "repo {} · stage {} · track {} · branch {} · developer retries {}",
+                d.repo, d.stage, d.track, d.branch, d.dev_retries
+            ));
+            for (label, v) in [
+                (
+                    "labels",
+                    (!d.labels.is_empty()).then(|| d.labels.join(", ")),
+                ),
+                (
+                    "depends on",
+                    (!d.depends_on.is_empty()).then(|| d.depends_on.join(", ")),
+                ),
+                (
+                    "paused",
+                    d.paused_at
+                        .as_ref()
+                        .map(|at| format!("{at}: {}", d.paused_reason.clone().unwrap_or_default())),
+                ),
+                ("breakpoint before", d.pause_before.clone()),
+                ("approved", d.approved_at.clone()),
+                ("deploy confirmed", d.deploy_confirmed_at.clone()),
+                (
+                    "blocked",
+                    d.blocked_at.as_ref().map(|at| {
+                        format!("{at}: {}", d.blocked_reason.clone().unwrap_or_default())
+                    }),
+                ),
+                (
+                    "held",
+                    d.held_at
+                        .as_ref()
+                        .map(|at| format!("{at}: {}", d.held_reason.clone().unwrap_or_default())),
+                ),
+                ("cancelled", d.cancelled_at.clone()),
+            ] {
+                if let Some(v) = v {
+                    output::line(&format!("{label}: {v}"));
+                }
+            }
+            output::table(
+                Some("jobs"),
+                &[
+                    "id",
+                    "role",
+                    "stage",
+                    "status",
+                    "attempts",
+                    "available",
+                    "note",
+                ],
+                d.jobs
+                    .iter()
+                    .map(|j| {
+                        vec![
+                            j.id.to_string(),
+                            j.role.clone(),
+                            j.stage.clone(),
+                            j.status.clone(),
+                            format!("{}/{}", j.attempts, j.max_attempts),
+                            j.available_at.clone(),
+                            j.error.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect(),
+                "no jobs",
+            );
+            output::table(
+                Some("history"),
+                &["at", "from", "to", "actor", "outcome", "reason"],
+                d.transitions
+                    .iter()
+                    .map(|t| {
+                        let mut reason = t.reason.clone();
+                        if let Some(v) = &t.overridden_verdict {
+                            reason.push_str(&format!(" [overrode: {v}]"));
+                        }
+                        vec![
+                            t.at.clone(),
+                            t.from.clone(),
+                            t.to.clone(),
+                            t.actor.clone(),
+                            t.outcome.clone(),
+                            reason,
+                        ]
+                    })
+                    .collect(),
+                "no history",
+            );
+            output::table(
+                Some("artifacts"),
+                &["file", "present", "verdict"],
+                d.artifacts
+                    .iter()
+                    .map(|a| {
+                        vec![
+                            a.file.clone(),
+                            if a.present { "yes".into() } else { "no".into() },
+                            match (&a.key, &a.value) {
+                                (Some(k), Some(v)) => format!("{k}: {v}"),
+                                (None, Some(v)) => v.clone(),
+                                _ => String::new(),
+                            },
+                        ]
+                    })
+                    .collect(),
+                "not cloned yet",
+            );
+            Ok(Code::Ok)
+        }
+    }
+}
+
+fn add(ctx: &mut Ctx, a: TaskAddArgs) -> Result<Code> {
+    let added = task::add(
+        ctx,
+        &AddRequest {
+            repo: &a.repo,
+            title: &a.title,
+            work_item: a.work_item.as_deref(),
+            description_file: a.description_file.as_deref(),
+            bug: a.bug,
+            labels: &a.labels,
+            depends_on: &a.depends_on,
+        },
+    )?;
+    if ctx.json {
+        output::json(&AddedOut {
+            schema_version: 1,
+            work_item: &added.work_item,
+            stage: "analysis",
+            branch: &added.branch,
+            enqueued_job: added.job.0,
+        });
+    } else {
+        output::line(&format!(
+            "added {} on branch {} (not created yet); stage analysis, analyst job {} queued",
+            added.work_item, added.branch, added.job.0
+        ));
+    }
+    Ok(Code::Ok)
+}

@@ -1,0 +1,11 @@
+//! `orch unfreeze <repo>` (SPEC §3.7).
+
+use anyhow::Result;
+
+use crate::Ctx;
+use crate::error::Code;
+
+pub fn run(ctx: &mut Ctx, repo: &str) -> Result<Code> {
+    let msg = crate::ops::task::unfreeze(ctx, repo)?;
+    Ok(super::print_message(ctx.json, &msg))
+}

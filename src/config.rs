@@ -1,0 +1,609 @@
+//! `orch.yaml` plus `ORCH_*` overrides, loaded and validated once per command (SPEC §11).
+//! Validation checks types and values and names the key and the file; it deliberately does not
+//! check that programs, remotes or services exist (that is `orch doctor`'s job).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::domain::ids::{valid_prefix, valid_repo_name};
+use crate::error::usage;
+
+/// Where the config came from and what it says, with defaults applied and paths made absolute.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub file: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub repos_dir: PathBuf,
+    pub max_concurrency: u32,
+    pub max_developer_retries: u32,
+    pub agent: AgentCfg,
+    pub repos: Vec<RepoCfg>,
+    pub tracker: Option<ServiceCfg>,
+    pub forge: Option<ServiceCfg>,
+    pub chat: Option<ServiceCfg>,
+    pub sandbox: SandboxCfg,
+    pub scheduler: SchedulerCfg,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: Option<PathBuf>,
+    repos_dir: Option<PathBuf>,
+    max_concurrency: Option<u32>,
+    max_developer_retries: Option<u32>,
+    #[serde(default)]
+    agent: AgentCfg,
+    #[serde(default)]
+    repos: Vec<RepoCfg>,
+    tracker: Option<ServiceCfg>,
+    forge: Option<ServiceCfg>,
+    chat: Option<ServiceCfg>,
+    #[serde(default)]
+    sandbox: SandboxCfg,
+    #[serde(default)]
+    scheduler: SchedulerCfg,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentCfg {
+    #[serde(default = "default_agent_argv")]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleCfg>,
+    pub prompts_dir: Option<PathBuf>,
+    #[serde(default = "default_env_deny")]
+    pub env_deny: Vec<String>,
+    #[serde(default = "default_inactivity")]
+    pub inactivity_timeout_s: u64,
+    #[serde(default = "default_usage_backoff")]
+    pub usage_limit_backoff_s: u64,
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+}
+
+impl Default for AgentCfg {
+    fn default() -> Self {
+        AgentCfg {
+            argv: default_agent_argv(),
+            roles: BTreeMap::new(),
+            prompts_dir: None,
+            env_deny: default_env_deny(),
+            inactivity_timeout_s: default_inactivity(),
+            usage_limit_backoff_s: default_usage_backoff(),
+            max_attempts: default_max_attempts(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleCfg {
+    pub model: Option<String>,
+    pub effort: Option<String>,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoCfg {
+    pub name: String,
+    pub remote: String,
+    #[serde(default = "default_main")]
+    pub main: String,
+    pub prefix: String,
+    #[serde(default = "yes")]
+    pub serial_gate: bool,
+    #[serde(default)]
+    pub ci: CiCfg,
+    pub tests: Option<TestsCfg>,
+    pub staging: Option<StagingCfg>,
+    pub deploy: Option<DeployCfg>,
+    pub plane_project: Option<String>,
+    /// Labels every task of this repo carries (for example `auto-approve` in a sandbox repo).
+    #[serde(default)]
+    pub default_labels: Vec<String>,
+    #[serde(default)]
+    pub agent: BTreeMap<String, RoleCfg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CiMode {
+    #[default]
+    None,
+    Status,
+    Command,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CiCfg {
+    #[serde(default)]
+    pub mode: CiMode,
+    #[serde(default)]
+    pub argv: Vec<String>,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestsCfg {
+    pub argv: Vec<String>,
+    #[serde(default = "default_tests_timeout")]
+    pub timeout_s: u64,
+    #[serde(default)]
+    pub smoke: Vec<SmokeCfg>,
+    #[serde(default)]
+    pub env_markers: Vec<String>,
+    #[serde(default = "default_infra_delay")]
+    pub infra_retry_delay_s: u64,
+    #[serde(default = "default_infra_retries")]
+    pub infra_max_retries: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmokeCfg {
+    pub url: String,
+    #[serde(default = "default_status")]
+    pub status: u16,
+    pub contains: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagingCfg {
+    pub argv: Vec<String>,
+    #[serde(default = "default_staging_timeout")]
+    pub timeout_s: u64,
+    pub ssh: Option<SshCfg>,
+    #[serde(default)]
+    pub env_markers: Vec<String>,
+    #[serde(default = "default_infra_delay")]
+    pub infra_retry_delay_s: u64,
+    #[serde(default = "default_infra_retries")]
+    pub infra_max_retries: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshCfg {
+    pub user: String,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeployMode {
+    #[default]
+    None,
+    Agent,
+    Hook,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployCfg {
+    #[serde(default)]
+    pub mode: DeployMode,
+    #[serde(default = "yes")]
+    pub require_confirm: bool,
+    #[serde(default)]
+    pub argv: Vec<String>,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceCfg {
+    pub kind: String,
+    pub base_url: Option<String>,
+    pub workspace: Option<String>,
+    pub token_env: Option<String>,
+    pub webhook_secret_env: Option<String>,
+    #[serde(default)]
+    pub allow_unsigned: bool,
+    pub chat_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxCfg {
+    #[serde(default)]
+    pub allowed_projects: Vec<String>,
+}
+
+/// Timings of the scheduler (SPEC §4.3, §4.4).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerCfg {
+    #[serde(default = "default_reaper_max")]
+    pub reaper_max_running_s: u64,
+    #[serde(default = "default_grace")]
+    pub reconcile_grace_s: u64,
+}
+
+impl Default for SchedulerCfg {
+    fn default() -> Self {
+        SchedulerCfg {
+            reaper_max_running_s: default_reaper_max(),
+            reconcile_grace_s: default_grace(),
+        }
+    }
+}
+
+fn default_agent_argv() -> Vec<String> {
+    [
+        "claude",
+        "--print",
+        "--output-format",
+        "json",
+        "--model",
+        "{model}",
+        "--system-prompt-file",
+        "{prompt_file}",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn default_env_deny() -> Vec<String> {
+    ["*_TOKEN", "*_SECRET", "*_PASSWORD", "*_API_KEY"]
+        .map(String::from)
+        .to_vec()
+}
+fn default_inactivity() -> u64 {
+    900
+}
+fn default_usage_backoff() -> u64 {
+    3600
+}
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_main() -> String {
+    "main".into()
+}
+fn yes() -> bool {
+    true
+}
+fn default_tests_timeout() -> u64 {
+    900
+}
+fn default_staging_timeout() -> u64 {
+    600
+}
+fn default_infra_delay() -> u64 {
+    30
+}
+fn default_infra_retries() -> u32 {
+    2
+}
+fn default_status() -> u16 {
+    200
+}
+fn default_reaper_max() -> u64 {
+    4 * 3600
+}
+fn default_grace() -> u64 {
+    120
+}
+
+impl Config {
+    pub fn repo(&self, name: &str) -> Option<&RepoCfg> {
+        self.repos.iter().find(|r| r.name == name)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.state_dir.join("orch.db")
+    }
+
+    /// The config with no file at all: used by commands that must work before `orch init`.
+    pub fn empty(state_dir: Option<PathBuf>) -> Result<Config> {
+        let raw: RawConfig = serde_yaml::from_str("{}").context("building the empty config")?;
+        finish(raw, None, state_dir)
+    }
+}
+
+impl RepoCfg {
+    pub fn deploy_mode(&self) -> DeployMode {
+        self.deploy.as_ref().map(|d| d.mode).unwrap_or_default()
+    }
+
+    pub fn require_confirm(&self) -> bool {
+        self.deploy.as_ref().is_some_and(|d| d.require_confirm)
+    }
+}
+
+/// Which file to read: `--config`, `$ORCH_CONFIG`, `./orch.yaml`, `/etc/orch/orch.yaml`.
+pub fn locate(flag: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("ORCH_CONFIG").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    ["orch.yaml", "/etc/orch/orch.yaml"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// Load and validate. `state_dir_flag` (from `--state-dir`) wins over `ORCH_STATE_DIR`, which
+/// wins over the file.
+pub fn load(path: &Path, state_dir_flag: Option<PathBuf>) -> Result<Config> {
+    let text = std::fs::read(path).map_err(|e| {
+        usage(format!(
+            "cannot read config `{}`: {e}; `orch init` writes a starter config",
+            path.display()
+        ))
+    })?;
+    let raw: RawConfig = serde_yaml::from_slice(&text).map_err(|e| {
+        usage(format!(
+            "invalid config `{}`: {}",
+            path.display(),
+            first_line(&e.to_string())
+        ))
+    })?;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    finish(raw, Some(abs), state_dir_flag)
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+fn env_override<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .parse::<T>()
+            .map(Some)
+            .map_err(|_| usage(format!("invalid environment variable `{name}`: `{v}`"))),
+        _ => Ok(None),
+    }
+}
+
+fn finish(
+    raw: RawConfig,
+    file: Option<PathBuf>,
+    state_dir_flag: Option<PathBuf>,
+) -> Result<Config> {
+    let base = file
+        .as_ref()
+        .and_then(|f| f.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
+    let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    let env_path = |n: &str| {
+        std::env::var_os(n)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+
+    let state_dir = state_dir_flag
+        .or_else(|| env_path("ORCH_STATE_DIR"))
+        .or(raw.state_dir)
+        .map(resolve)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/orch"));
+    let repos_dir = env_path("ORCH_REPOS_DIR")
+        .or(raw.repos_dir)
+        .map(resolve)
+        .unwrap_or_else(|| state_dir.join("repos"));
+    let max_concurrency = env_override("ORCH_MAX_CONCURRENCY")?
+        .or(raw.max_concurrency)
+        .unwrap_or(2);
+    let max_developer_retries = env_override("ORCH_MAX_DEVELOPER_RETRIES")?
+        .or(raw.max_developer_retries)
+        .unwrap_or(3);
+    let mut agent = raw.agent;
+    if let Some(p) = agent.prompts_dir.take() {
+        agent.prompts_dir = Some(resolve(p));
+    }
+
+    let cfg = Config {
+        file,
+        state_dir,
+        repos_dir,
+        max_concurrency,
+        max_developer_retries,
+        agent,
+        repos: raw.repos,
+        tracker: raw.tracker,
+        forge: raw.forge,
+        chat: raw.chat,
+        sandbox: raw.sandbox,
+        scheduler: raw.scheduler,
+    };
+    validate(&cfg)?;
+    Ok(cfg)
+}
+
+/// Value checks that serde's types cannot express. Every message names the key.
+fn validate(cfg: &Config) -> Result<()> {
+    let file = cfg
+        .file
+        .as_ref()
+        .map(|f| f.display().to_string())
+        .unwrap_or_else(|| "<defaults>".into());
+    let bad = |key: String, why: String| usage(format!("invalid config `{file}`: {key}: {why}"));
+
+    if cfg.max_concurrency == 0 {
+        return Err(bad("max_concurrency".into(), "must be at least 1".into()));
+    }
+    if cfg.agent.argv.is_empty() || cfg.agent.argv[0].trim().is_empty() {
+        return Err(bad(
+            "agent.argv".into(),
+            "must name a program to run".into(),
+        ));
+    }
+    for (role, _) in cfg.agent.roles.iter() {
+        role.parse::<crate::domain::stage::Role>()
+            .map_err(|e| bad(format!("agent.roles.{role}"), e.to_string()))?;
+    }
+    let mut names = HashSet::new();
+    let mut prefixes = HashSet::new();
+    for (i, r) in cfg.repos.iter().enumerate() {
+        let key = |k: &str| format!("repos[{i}].{k}");
+        if !valid_repo_name(&r.name) {
+            return Err(bad(
+                key("name"),
+                format!(
+                    "`{}` must match ^[a-z0-9][a-z0-9._-]{{0,63}}$",
+                    crate::domain::ids::printable(&r.name)
+                ),
+            ));
+        }
+        if !names.insert(r.name.clone()) {
+            return Err(bad(key("name"), format!("`{}` is used twice", r.name)));
+        }
+        if !valid_prefix(&r.prefix) {
+            return Err(bad(
+                key("prefix"),
+                format!(
+                    "`{}` must be upper-case letters and digits, like `SHOP`",
+                    crate::domain::ids::printable(&r.prefix)
+                ),
+            ));
+        }
+        if !prefixes.insert(r.prefix.clone()) {
+            return Err(bad(key("prefix"), format!("`{}` is used twice", r.prefix)));
+        }
+        if r.remote.trim().is_empty() || r.remote.starts_with('-') {
+            return Err(bad(key("remote"), "must be a git URL or a path".into()));
+        }
+        if !crate::ext::git::valid_branch_name(&r.main) {
+            return Err(bad(
+                key("main"),
+                format!("`{}` is not a valid branch name", r.main),
+            ));
+        }
+        if r.ci.mode == CiMode::Command && r.ci.argv.is_empty() {
+            return Err(bad(
+                key("ci.argv"),
+                "is required when ci.mode is `command`".into(),
+            ));
+        }
+        if let Some(t) = &r.tests {
+            if t.argv.is_empty() {
+                return Err(bad(key("tests.argv"), "must name a program to run".into()));
+            }
+            if t.timeout_s == 0 {
+                return Err(bad(key("tests.timeout_s"), "must be at least 1".into()));
+            }
+        }
+        if let Some(s) = &r.staging {
+            if s.argv.is_empty() {
+                return Err(bad(
+                    key("staging.argv"),
+                    "must name a program to run".into(),
+                ));
+            }
+            if s.timeout_s == 0 {
+                return Err(bad(key("staging.timeout_s"), "must be at least 1".into()));
+            }
+        }
+        if let Some(d) = &r.deploy
+            && d.mode == DeployMode::Hook
+            && d.argv.is_empty()
+        {
+            return Err(bad(
+                key("deploy.argv"),
+                "is required when deploy.mode is `hook`".into(),
+            ));
+        }
+        for role in r.agent.keys() {
+            role.parse::<crate::domain::stage::Role>()
+                .map_err(|e| bad(key(&format!("agent.{role}")), e.to_string()))?;
+        }
+    }
+    for (name, svc) in [
+        ("tracker", &cfg.tracker),
+        ("forge", &cfg.forge),
+        ("chat", &cfg.chat),
+    ] {
+        if let Some(s) = svc {
+            for (k, v) in [
+                ("token_env", &s.token_env),
+                ("webhook_secret_env", &s.webhook_secret_env),
+            ] {
+                if let Some(v) = v
+                    && (v.is_empty() || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+                {
+                    return Err(bad(
+                        format!("{name}.{k}"),
+                        "must name an environment variable (letters, digits, `_`)".into(),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The commented starter config written by `orch init`.
+pub const STARTER: &str = include_str!("starter.yaml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(s: &str) -> Result<Config> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("orch.yaml");
+        std::fs::write(&p, s).unwrap();
+        load(&p, Some(dir.path().join("state")))
+    }
+
+    #[test]
+    fn starter_config_is_valid() {
+        let cfg = load_str(STARTER).expect("starter config loads");
+        assert_eq!(cfg.max_concurrency, 2);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_file() {
+        for (yaml, key) in [
+            ("max_concurrency: two\n", "max_concurrency"),
+            ("max_concurrency: 0\n", "max_concurrency"),
+            (
+                "repos:\n - {name: Bad, remote: /x, prefix: A}\n",
+                "repos[0].name",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: a}\n",
+                "repos[0].prefix",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: A, ci: {mode: fast}}\n",
+                "repos[0].ci.mode",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: A, bogus: 1}\n",
+                "bogus",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: A}\n - {name: a, remote: /y, prefix: B}\n",
+                "repos[1].name",
+            ),
+            ("agent: {roles: {poet: {model: x}}}\n", "agent.roles.poet"),
+        ] {
+            let e = load_str(yaml).unwrap_err().to_string();
+            assert!(e.contains(key), "{yaml:?}: {e}");
+            assert!(e.contains("orch.yaml"), "{yaml:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn relative_paths_are_resolved_against_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("orch.yaml");
+        std::fs::write(&p, "state_dir: st\n").unwrap();
+        let cfg = load(&p, None).unwrap();
+        assert_eq!(cfg.state_dir, dir.path().join("st"));
+        assert_eq!(cfg.repos_dir, dir.path().join("st").join("repos"));
+    }
+}

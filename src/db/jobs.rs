@@ -1,0 +1,158 @@
+//! Queries on `jobs`: enqueue, supersede, cancel, and the live/finished views `orch queue` needs.
+
+use anyhow::Result;
+use rusqlite::{Connection, Row, params};
+
+use crate::domain::ids::{JobId, TaskId};
+use crate::domain::stage::{JobStatus, Role, Stage};
+use crate::domain::time::Ts;
+
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub id: JobId,
+    pub task_id: TaskId,
+    pub role: Role,
+    pub stage: Stage,
+    pub repo: String,
+    pub status: JobStatus,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub available_at: Ts,
+    pub created_at: Ts,
+    pub started_at: Option<Ts>,
+    pub finished_at: Option<Ts>,
+    pub supervisor_pid: Option<i64>,
+    pub supervisor_start: Option<i64>,
+    pub supervisor_boot: Option<String>,
+    pub agent_pgid: Option<i64>,
+    pub agent_start: Option<i64>,
+    pub exit_code: Option<i64>,
+    pub error: Option<String>,
+    pub prompt: String,
+}
+
+const COLS: &str = "id, task_id, role, stage, repo, status, attempts, max_attempts, available_at, \
+    created_at, started_at, finished_at, supervisor_pid, supervisor_start, supervisor_boot, \
+    agent_pgid, agent_start, exit_code, error, prompt";
+
+fn conv(idx: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
+    Ok(JobRow {
+        id: JobId(r.get(0)?),
+        task_id: TaskId(r.get(1)?),
+        role: r.get::<_, String>(2)?.parse().map_err(|e| conv(2, e))?,
+        stage: super::tasks::parse_stage(r, 3)?,
+        repo: r.get(4)?,
+        status: r.get::<_, String>(5)?.parse().map_err(|e| conv(5, e))?,
+        attempts: r.get(6)?,
+        max_attempts: r.get(7)?,
+        available_at: r.get(8)?,
+        created_at: r.get(9)?,
+        started_at: r.get(10)?,
+        finished_at: r.get(11)?,
+        supervisor_pid: r.get(12)?,
+        supervisor_start: r.get(13)?,
+        supervisor_boot: r.get(14)?,
+        agent_pgid: r.get(15)?,
+        agent_start: r.get(16)?,
+        exit_code: r.get(17)?,
+        error: r.get(18)?,
+        prompt: r.get(19)?,
+    })
+}
+
+pub struct NewJob<'a> {
+    pub task_id: TaskId,
+    pub role: Role,
+    pub stage: Stage,
+    pub repo: &'a str,
+    pub available_at: Ts,
+    pub max_attempts: u32,
+    pub prompt: &'a str,
+}
+
+pub fn insert(c: &Connection, j: &NewJob<'_>, now: Ts) -> Result<JobId> {
+    c.execute(
+        "INSERT INTO jobs (task_id, role, stage, repo, status, max_attempts, available_at, \
+         created_at, prompt) VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?6, ?7, ?8)",
+        params![
+            j.task_id.0,
+            j.role.as_str(),
+            j.stage.as_str(),
+            j.repo,
+            j.max_attempts,
+            j.available_at,
+            now,
+            j.prompt
+        ],
+    )?;
+    Ok(JobId(c.last_insert_rowid()))
+}
+
+/// Leaving a stage: its queued jobs are cancelled as `superseded` (SPEC §4.1). A running job
+/// finishes; its own advance is then a compare-and-swap no-op.
+pub fn supersede_queued(c: &Connection, task: TaskId, stage: Stage, now: Ts) -> Result<usize> {
+    Ok(c.execute(
+        "UPDATE jobs SET status = 'cancelled', error = 'superseded', finished_at = ?1 \
+         WHERE task_id = ?2 AND stage = ?3 AND status = 'queued'",
+        params![now, task.0, stage.as_str()],
+    )?)
+}
+
+/// Cancel every live job of a task; returns the running ones as they were (to be killed).
+pub fn cancel_live(c: &Connection, task: TaskId, why: &str, now: Ts) -> Result<Vec<JobRow>> {
+    let running = of_task(c, task)?
+        .into_iter()
+        .filter(|j| j.status == JobStatus::Running)
+        .collect();
+    c.execute(
+        "UPDATE jobs SET status = 'cancelled', error = ?1, finished_at = ?2 \
+         WHERE task_id = ?3 AND status IN ('queued', 'running')",
+        params![why, now, task.0],
+    )?;
+    Ok(running)
+}
+
+pub fn of_task(c: &Connection, task: TaskId) -> Result<Vec<JobRow>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {COLS} FROM jobs WHERE task_id = ? ORDER BY id"
+    ))?;
+    let rows = stmt
+        .query_map([task.0], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub const LIVE_JOBS_SQL: &str =
+    "SELECT id FROM jobs WHERE status IN ('queued', 'running') ORDER BY id";
+
+/// Every queued or running job, FIFO by id (served by the partial index `jobs_live`).
+pub fn live(c: &Connection) -> Result<Vec<JobRow>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {COLS} FROM jobs WHERE status IN ('queued', 'running') ORDER BY id"
+    ))?;
+    let rows = stmt
+        .query_map([], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub const FINISHED_SINCE_SQL: &str =
+    "SELECT status, count(*) FROM jobs WHERE finished_at >= ? GROUP BY status";
+
+/// Counts of jobs finished since `since`, by status (served by `jobs_finished`).
+pub fn finished_since(c: &Connection, since: Ts) -> Result<Vec<(JobStatus, u64)>> {
+    let mut stmt = c.prepare_cached(FINISHED_SINCE_SQL)?;
+    let rows = stmt
+        .query_map([since], |r| {
+            Ok((
+                r.get::<_, String>(0)?.parse().map_err(|e| conv(0, e))?,
+                r.get::<_, i64>(1)? as u64,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}

@@ -1,0 +1,107 @@
+//! Small tables: repo freezes, task dependencies, the dispatch breaker and recorded CI status.
+
+use anyhow::Result;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::domain::ids::TaskId;
+use crate::domain::time::Ts;
+
+#[derive(Debug, Clone)]
+pub struct Freeze {
+    pub repo: String,
+    pub reason: String,
+    pub frozen_by: String,
+    pub frozen_at: Ts,
+}
+
+pub fn freeze(c: &Connection, repo: &str, reason: &str, by: &str, now: Ts) -> Result<bool> {
+    Ok(c.execute(
+        "INSERT INTO repo_freeze (repo, reason, frozen_by, frozen_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT(repo) DO NOTHING",
+        params![repo, reason, by, now],
+    )? == 1)
+}
+
+pub fn unfreeze(c: &Connection, repo: &str) -> Result<bool> {
+    Ok(c.execute("DELETE FROM repo_freeze WHERE repo = ?", [repo])? == 1)
+}
+
+pub fn freezes(c: &Connection) -> Result<Vec<Freeze>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT repo, reason, frozen_by, frozen_at FROM repo_freeze ORDER BY repo",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(Freeze {
+                repo: r.get(0)?,
+                reason: r.get(1)?,
+                frozen_by: r.get(2)?,
+                frozen_at: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn add_dep(c: &Connection, task: TaskId, depends_on: TaskId) -> Result<()> {
+    c.execute(
+        "INSERT OR IGNORE INTO job_deps (task_id, depends_on) VALUES (?1, ?2)",
+        params![task.0, depends_on.0],
+    )?;
+    Ok(())
+}
+
+/// Every dependency edge (task, depends_on): small, read for cycle checks.
+pub fn all_deps(c: &Connection) -> Result<Vec<(i64, i64)>> {
+    let mut stmt = c.prepare_cached("SELECT task_id, depends_on FROM job_deps")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn deps_of(c: &Connection, task: TaskId) -> Result<Vec<i64>> {
+    let mut stmt = c.prepare_cached("SELECT depends_on FROM job_deps WHERE task_id = ?")?;
+    let rows = stmt
+        .query_map([task.0], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// The breaker when it is set: (open until, reason).
+pub fn breaker(c: &Connection) -> Result<Option<(Ts, String)>> {
+    Ok(c.query_row(
+        "SELECT open_until, reason FROM breaker WHERE id = 1",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()?)
+}
+
+/// CI status rows recorded for one commit: (context, state, detail).
+pub fn ci_status(c: &Connection, repo: &str, sha: &str) -> Result<Vec<(String, String, String)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT context, state, detail FROM ci_status WHERE repo = ?1 AND sha = ?2 ORDER BY context",
+    )?;
+    let rows = stmt
+        .query_map(params![repo, sha], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Append to the `lessons` journal (repo-level events such as freezes, gate failures, holds).
+pub fn journal(
+    c: &Connection,
+    task: Option<TaskId>,
+    kind: &str,
+    detail: &str,
+    now: Ts,
+) -> Result<()> {
+    c.execute(
+        "INSERT INTO lessons (task_id, kind, detail, at) VALUES (?1, ?2, ?3, ?4)",
+        params![task.map(|t| t.0), kind, detail, now],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! The only module that speaks SQL. Opens `<state_dir>/orch.db` (WAL, busy timeout, foreign
+//! keys), runs the append-only migrations of `schema`, and offers typed queries. Every write goes
+//! through `Db::write`, a `BEGIN IMMEDIATE` transaction, so writers queue on SQLite's lock instead
+//! of failing halfway; stage writes are compare-and-swap (`tasks::cas_stage`).
+
+pub mod jobs;
+pub mod leases;
+pub mod misc;
+mod schema;
+pub mod tasks;
+pub mod transitions;
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+pub use rusqlite::OptionalExtension;
+
+pub struct Db {
+    conn: Connection,
+}
+
+impl Db {
+    /// Open (creating when missing) and migrate.
+    pub fn open(path: &Path) -> Result<Db> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_context(|| format!("opening database `{}`", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .context("setting the busy timeout")?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+        )
+        .context("setting database pragmas")?;
+        let mut db = Db { conn };
+        db.migrate()
+            .with_context(|| format!("migrating database `{}`", path.display()))?;
+        Ok(db)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let target = schema::MIGRATIONS.len() as i64;
+        let current: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if current == target {
+            return Ok(());
+        }
+        if current > target {
+            bail!(
+                "database schema version {current} is newer than this orch ({target}); upgrade orch"
+            );
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Another process may have migrated while we waited for the lock.
+        let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
+            tx.execute_batch(sql)
+                .with_context(|| format!("applying migration {}", i + 1))?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Read-only access (outside a write transaction).
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction; commit when it returns `Ok`.
+    ///
+    /// Takes `&self` so a caller can lend its whole context to `f` alongside the transaction;
+    /// nesting is prevented by SQLite itself (a nested `BEGIN` is an error).
+    pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
+            .context("starting a write transaction")?;
+        let out = f(&tx)?;
+        tx.commit().context("committing a write transaction")?;
+        Ok(out)
+    }
+
+    pub fn schema_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_create_every_table_and_are_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("orch.db");
+        let db = Db::open(&p).unwrap();
+        assert_eq!(
+            db.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
+        drop(db);
+        let db = Db::open(&p).unwrap();
+        for table in [
+            "tasks",
+            "jobs",
+            "job_deps",
+            "transitions",
+            "agent_runs",
+            "events",
+            "ci_status",
+            "repo_freeze",
+            "transition_lease",
+            "merge_lease",
+            "outbox",
+            "coverage_baseline",
+            "lessons",
+        ] {
+            let n: i64 = db
+                .conn()
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name=?",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(n, 1, "{table}");
+        }
+        let mode: String = db
+            .conn()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("orch.db");
+        drop(Db::open(&p).unwrap());
+        let c = Connection::open(&p).unwrap();
+        c.pragma_update(None, "user_version", 999).unwrap();
+        drop(c);
+        let e = format!("{:#}", Db::open(&p).err().unwrap());
+        assert!(e.contains("newer than this orch"), "{e}");
+    }
+
+    #[test]
+    fn hot_queries_use_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("orch.db")).unwrap();
+        for sql in [
+            jobs::LIVE_JOBS_SQL,
+            tasks::ACTIVE_TASKS_SQL,
+            jobs::FINISHED_SINCE_SQL,
+        ] {
+            let plan: Vec<String> = db
+                .conn()
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(
+                    rusqlite::params_from_iter(std::iter::repeat_n(0i64, sql.matches('?').count())),
+                    |r| r.get::<_, String>(3),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let joined = plan.join(" | ");
+            assert!(
+                !joined.contains("SCAN jobs") && !joined.contains("SCAN tasks")
+                    || joined.contains("USING"),
+                "{sql}: {joined}"
+            );
+        }
+    }
+}

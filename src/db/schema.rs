@@ -1,0 +1,198 @@
+//! Schema migrations, append-only, keyed by `PRAGMA user_version`: migration N brings the
+//! database from version N-1 to N. Never edit a shipped migration; add the next one.
+//!
+//! Times are whole seconds since the Unix epoch (UTC). Partial indexes keep every hot query
+//! (claim, queue, tick) proportional to the number of *live* rows, not to history.
+
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the tables of SPEC §10.
+    r#"
+CREATE TABLE tasks (
+    id                  INTEGER PRIMARY KEY,
+    work_item           TEXT NOT NULL UNIQUE,   -- `SHOP-7`, or its tombstone `SHOP-7#cancelled-12`
+    base_work_item      TEXT NOT NULL,          -- always `SHOP-7`
+    repo                TEXT NOT NULL,
+    title               TEXT NOT NULL,
+    description         TEXT NOT NULL DEFAULT '',
+    stage               TEXT NOT NULL,
+    track               TEXT NOT NULL DEFAULT 'feature',
+    branch              TEXT NOT NULL,
+    labels              TEXT NOT NULL DEFAULT '[]',   -- JSON array of strings
+    dev_retries         INTEGER NOT NULL DEFAULT 0,
+    stage_entered_at    INTEGER NOT NULL,
+    entry_marker        TEXT,                   -- blob id of the verdict artifact / branch head at stage entry
+    paused_at           INTEGER,
+    paused_reason       TEXT,
+    paused_by           TEXT,
+    pause_before        TEXT,                   -- breakpoint stage
+    approved_at         INTEGER,
+    deploy_confirmed_at INTEGER,
+    blocked_at          INTEGER,
+    blocked_reason      TEXT,
+    held_at             INTEGER,
+    held_reason         TEXT,
+    cancel_requested_at INTEGER,
+    cancelled_at        INTEGER,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL
+);
+CREATE INDEX tasks_base ON tasks(base_work_item, id);
+CREATE INDEX tasks_active ON tasks(repo, id) WHERE stage NOT IN ('done', 'cancelled');
+
+CREATE TABLE jobs (
+    id               INTEGER PRIMARY KEY,
+    task_id          INTEGER NOT NULL REFERENCES tasks(id),
+    role             TEXT NOT NULL,
+    stage            TEXT NOT NULL,
+    repo             TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL DEFAULT 3,
+    available_at     INTEGER NOT NULL,
+    created_at       INTEGER NOT NULL,
+    started_at       INTEGER,
+    finished_at      INTEGER,
+    supervisor_pid   INTEGER,
+    supervisor_start INTEGER,
+    supervisor_boot  TEXT,
+    agent_pgid       INTEGER,
+    agent_start      INTEGER,
+    exit_code        INTEGER,
+    error            TEXT,
+    prompt           TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX jobs_live ON jobs(status, id) WHERE status IN ('queued', 'running');
+CREATE INDEX jobs_task ON jobs(task_id, id);
+CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE job_deps (
+    task_id    INTEGER NOT NULL REFERENCES tasks(id),
+    depends_on INTEGER NOT NULL REFERENCES tasks(id),
+    PRIMARY KEY (task_id, depends_on)
+) WITHOUT ROWID;
+
+CREATE TABLE transitions (
+    id                 INTEGER PRIMARY KEY,
+    task_id            INTEGER NOT NULL REFERENCES tasks(id),
+    from_stage         TEXT NOT NULL,
+    to_stage           TEXT NOT NULL,
+    actor              TEXT NOT NULL,
+    outcome            TEXT NOT NULL,
+    reason             TEXT NOT NULL DEFAULT '',
+    at                 INTEGER NOT NULL,
+    overridden_verdict TEXT,
+    artifact_sha256    TEXT
+);
+CREATE INDEX transitions_task ON transitions(task_id, id);
+CREATE INDEX transitions_override ON transitions(at) WHERE outcome = 'override';
+
+CREATE TABLE agent_runs (
+    id                 INTEGER PRIMARY KEY,
+    job_id             INTEGER NOT NULL REFERENCES jobs(id),
+    task_id            INTEGER NOT NULL REFERENCES tasks(id),
+    role               TEXT NOT NULL,
+    model              TEXT,
+    effort             TEXT,
+    started_at         INTEGER NOT NULL,
+    finished_at        INTEGER,
+    duration_ms        INTEGER,
+    exit_code          INTEGER,
+    input_tokens       INTEGER,
+    output_tokens      INTEGER,
+    cache_read_tokens  INTEGER,
+    cache_write_tokens INTEGER,
+    cost_usd           REAL,
+    session_id         TEXT
+);
+CREATE INDEX agent_runs_task ON agent_runs(task_id);
+CREATE INDEX agent_runs_job ON agent_runs(job_id);
+
+CREATE TABLE events (
+    id          INTEGER PRIMARY KEY,
+    source      TEXT NOT NULL,
+    event       TEXT NOT NULL DEFAULT '',
+    delivery_id TEXT NOT NULL,
+    received_at INTEGER NOT NULL,
+    headers     TEXT NOT NULL DEFAULT '{}',
+    body        BLOB NOT NULL,
+    outcome     TEXT NOT NULL,
+    reason      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_delivery ON events(source, delivery_id);
+CREATE INDEX events_outcome ON events(outcome, id);
+
+CREATE TABLE ci_status (
+    repo       TEXT NOT NULL,
+    sha        TEXT NOT NULL,
+    context    TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    detail     TEXT NOT NULL DEFAULT '',
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (repo, sha, context)
+) WITHOUT ROWID;
+
+CREATE TABLE repo_freeze (
+    repo      TEXT PRIMARY KEY,
+    reason    TEXT NOT NULL,
+    frozen_by TEXT NOT NULL,
+    frozen_at INTEGER NOT NULL
+);
+
+CREATE TABLE transition_lease (
+    task_id     INTEGER PRIMARY KEY REFERENCES tasks(id),
+    owner_kind  TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    start_time  INTEGER NOT NULL,
+    boot_id     TEXT NOT NULL,
+    stage       TEXT NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+
+CREATE TABLE merge_lease (
+    repo        TEXT PRIMARY KEY,
+    task_id     INTEGER REFERENCES tasks(id),
+    owner_kind  TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    start_time  INTEGER NOT NULL,
+    boot_id     TEXT NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+
+CREATE TABLE outbox (
+    id              INTEGER PRIMARY KEY,
+    kind            TEXT NOT NULL,
+    target          TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    idem_key        TEXT NOT NULL UNIQUE,
+    status          TEXT NOT NULL DEFAULT 'pending',
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL,
+    last_error      TEXT,
+    result          TEXT,
+    created_at      INTEGER NOT NULL,
+    done_at         INTEGER
+);
+CREATE INDEX outbox_pending ON outbox(next_attempt_at) WHERE status = 'pending';
+
+CREATE TABLE coverage_baseline (
+    repo       TEXT PRIMARY KEY,
+    percent    REAL NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+
+CREATE TABLE lessons (
+    id      INTEGER PRIMARY KEY,
+    task_id INTEGER REFERENCES tasks(id),
+    kind    TEXT NOT NULL,
+    detail  TEXT NOT NULL,
+    at      INTEGER NOT NULL
+);
+
+-- The dispatch breaker (SPEC §4.2 rule 6): one row, open while `open_until` is in the future.
+CREATE TABLE breaker (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    open_until INTEGER NOT NULL,
+    reason     TEXT NOT NULL
+);
+"#,
+];

@@ -1,0 +1,565 @@
+//! Exit gates and the decision `orch advance` applies (SPEC §3.1–§3.4, §3.7 breakpoints).
+//! Pure: `ops::advance` gathers the facts (artifact bytes and blob ids from git, approvals and
+//! CI status from the database), this module decides, and `ops::advance` applies the decision
+//! with compare-and-swap writes.
+
+use crate::domain::frontmatter::{self, Verdict};
+use crate::domain::stage::{ANALYSIS_FILES, GateKind, Stage, Track};
+
+/// The marker recorded at stage entry when the verdict artifact (or the branch) did not exist.
+pub const ABSENT: &str = "absent";
+
+/// A verdict artifact as found in git.
+#[derive(Debug, Clone, Default)]
+pub struct Artifact {
+    pub file: String,
+    /// The git blob id, or `None` when the file does not exist.
+    pub blob_id: Option<String>,
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// What the forge (or `ci.mode: command`) says about the branch head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CiState {
+    Success,
+    Failure(String),
+    Pending,
+}
+
+/// How the development gate is decided for a repo (`ci.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CiGate {
+    /// A code commit since entry.
+    CodeChange,
+    /// The recorded CI status of the branch head.
+    Status,
+}
+
+/// Everything the gate of the current stage may look at. Fields a stage does not use stay at
+/// their defaults; `ops::advance` only gathers what the stage needs.
+#[derive(Debug, Clone, Default)]
+pub struct GateFacts {
+    pub work_item: String,
+    /// Analysis files that do not exist.
+    pub analysis_missing: Vec<&'static str>,
+    /// `orch approve`, the tracker's *Approved*, or the `auto-approve` label.
+    pub approved: bool,
+    pub adr_count: usize,
+    pub ci_gate: Option<CiGate>,
+    pub code_change: bool,
+    pub ci_state: Option<CiState>,
+    pub verdict: Option<Artifact>,
+    /// What was recorded when the task entered the stage (blob id, branch head, or `absent`).
+    pub entry_marker: Option<String>,
+}
+
+/// The gate's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateResult {
+    Pass(String),
+    NotSatisfied(String),
+    /// The work was judged and found wanting: roll back (a verdict failure).
+    Fail {
+        reason: String,
+        feedback: String,
+    },
+}
+
+/// Evaluate the exit gate of `stage` over `facts`.
+pub fn evaluate(stage: Stage, facts: &GateFacts) -> GateResult {
+    let wi = &facts.work_item;
+    match stage.spec().gate {
+        GateKind::Start => GateResult::Pass("pipeline started".into()),
+        GateKind::Terminal => GateResult::NotSatisfied(format!("`{wi}` is already `{stage}`")),
+        GateKind::AnalysisApproved => {
+            if !facts.analysis_missing.is_empty() {
+                let missing: Vec<String> = facts
+                    .analysis_missing
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect();
+                GateResult::NotSatisfied(format!("missing {}", missing.join(", ")))
+            } else if !facts.approved {
+                GateResult::NotSatisfied(format!(
+                    "analysis files present; waiting for a human approval (`orch approve {wi}`)"
+                ))
+            } else {
+                GateResult::Pass("analysis approved".into())
+            }
+        }
+        GateKind::ArchitectureDone => {
+            if facts.adr_count > 0 {
+                GateResult::Pass(format!("{} ADR file(s) in `06-adr/`", facts.adr_count))
+            } else {
+                GateResult::NotSatisfied("`06-adr/` holds no `.md` file".into())
+            }
+        }
+        GateKind::CiGreen => match facts.ci_gate {
+            Some(CiGate::Status) => match &facts.ci_state {
+                Some(CiState::Success) => GateResult::Pass("ci: success".into()),
+                Some(CiState::Failure(detail)) => GateResult::Fail {
+                    reason: format!("ci: failure ({detail})"),
+                    feedback: detail.clone(),
+                },
+                Some(CiState::Pending) => {
+                    GateResult::NotSatisfied("ci status of the branch head is pending".into())
+                }
+                None => {
+                    GateResult::NotSatisfied("no ci status recorded for the branch head".into())
+                }
+            },
+            Some(CiGate::CodeChange) | None => {
+                if facts.code_change {
+                    GateResult::Pass("code committed on the task branch".into())
+                } else {
+                    GateResult::NotSatisfied(format!(
+                        "no commit outside `docs/work-items/` on the task branch since `{wi}` entered `development`"
+                    ))
+                }
+            }
+        },
+        GateKind::ReviewerVerdict
+        | GateKind::TestsPassed
+        | GateKind::StagingStatus
+        | GateKind::DeployStatus => verdict_gate(stage, facts),
+    }
+}
+
+fn verdict_gate(stage: Stage, facts: &GateFacts) -> GateResult {
+    let wi = &facts.work_item;
+    let spec = stage.spec();
+    let (Some(file), Some(vspec)) = (spec.verdict_file, spec.verdict) else {
+        return GateResult::NotSatisfied(format!("`{stage}` has no verdict artifact"));
+    };
+    let Some(art) = &facts.verdict else {
+        return GateResult::NotSatisfied(format!("`{file}` does not exist"));
+    };
+    let (Some(blob), Some(bytes)) = (&art.blob_id, &art.bytes) else {
+        return GateResult::NotSatisfied(format!("`{file}` does not exist"));
+    };
+    if facts.entry_marker.as_deref() == Some(blob.as_str()) {
+        return GateResult::NotSatisfied(format!(
+            "`{file}` has not been rewritten since `{wi}` entered `{stage}`"
+        ));
+    }
+    match frontmatter::verdict_of(bytes, vspec) {
+        Verdict::Pass { key, value } => GateResult::Pass(format!("`{file}` has `{key}: {value}`")),
+        Verdict::Fail { key, value } => GateResult::Fail {
+            reason: format!("`{file}` has `{key}: {value}`"),
+            feedback: feedback_of(stage, bytes),
+        },
+        Verdict::NotSatisfied { reason } => GateResult::NotSatisfied(format!("`{file}`: {reason}")),
+    }
+}
+
+/// The text a rollback embeds in the next developer prompt (SPEC §3.3).
+pub fn feedback_of(stage: Stage, bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let body = body_of(&text);
+    let picked = match stage {
+        Stage::Review => {
+            let findings = section(body, |h| h.contains("finding")).unwrap_or_default();
+            let items = priority_items(&findings, &["P0", "P1"]);
+            if !items.is_empty() {
+                items
+            } else if !findings.trim().is_empty() {
+                findings
+            } else {
+                body.to_string()
+            }
+        }
+        Stage::Testing => section(body, |h| h.contains("output"))
+            .filter(|s| !s.trim().is_empty())
+            .or_else(|| {
+                let rows: Vec<&str> = body
+                    .lines()
+                    .filter(|l| has_token(l, &["FAIL", "FAILED"]))
+                    .collect();
+                (!rows.is_empty()).then(|| rows.join("\n"))
+            })
+            .or_else(|| section(body, |h| h.contains("conclusion")))
+            .unwrap_or_else(|| body.to_string()),
+        _ => body.to_string(),
+    };
+    cap(picked.trim_end(), 16 * 1024)
+}
+
+/// The markdown after the frontmatter (or all of it when there is none).
+fn body_of(text: &str) -> &str {
+    let t = text.trim_start_matches('\u{feff}');
+    let mut lines = t.split_inclusive('\n');
+    if lines.next().map(|l| l.trim_end()) != Some("---") {
+        return t;
+    }
+    let mut offset = t.find('\n').map(|i| i + 1).unwrap_or(t.len());
+    for l in lines {
+        offset += l.len();
+        if l.trim_end() == "---" {
+            return &t[offset..];
+        }
+    }
+    t
+}
+
+/// The lines of the first `##` section whose lower-cased heading satisfies `pick`.
+fn section(body: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
+    let mut out: Option<Vec<&str>> = None;
+    for line in body.lines() {
+        let is_heading = line.starts_with("## ") || line == "##";
+        match (&mut out, is_heading) {
+            (None, true) if pick(&line.to_lowercase()) => out = Some(Vec::new()),
+            (Some(_), true) => break,
+            (Some(v), false) => v.push(line),
+            _ => {}
+        }
+    }
+    out.map(|v| v.join("\n").trim_matches('\n').to_string())
+}
+
+/// List items (with their indented continuation lines) that carry one of the priority tokens.
+fn priority_items(section: &str, prios: &[&str]) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let mut keep = false;
+    for line in section.lines() {
+        let trimmed = line.trim_start();
+        let indented = line.starts_with(' ') || line.starts_with('\t');
+        // A new top-level item or paragraph starts a new entry; indented lines continue it.
+        if !indented && !trimmed.is_empty() {
+            keep = has_token(line, prios);
+        }
+        if keep {
+            out.push(line);
+        }
+    }
+    out.join("\n")
+}
+
+fn has_token(line: &str, tokens: &[&str]) -> bool {
+    line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|t| tokens.iter().any(|k| t.eq_ignore_ascii_case(k)))
+}
+
+fn cap(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n… (cut at {} KiB)", &s[..end], max / 1024)
+}
+
+/// The contracts a repo has, as far as the N/A passes are concerned.
+#[derive(Debug, Clone, Copy)]
+pub struct Contracts {
+    pub staging: bool,
+    /// `deploy.mode` other than `none`.
+    pub deploy: bool,
+    /// The merge capability of §7 (not available yet: `deploy → done` records so).
+    pub merge: bool,
+}
+
+/// One stage move, with the reason recorded in its history row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hop {
+    pub from: Stage,
+    pub to: Stage,
+    pub reason: String,
+}
+
+/// What `orch advance` does after a gate passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardPlan {
+    pub hops: Vec<Hop>,
+    /// A `--before` breakpoint stopped the walk before entering this stage.
+    pub breakpoint: Option<Stage>,
+}
+
+/// Walk forward from `stage` after its gate passed: stages without a contract pass as N/A in the
+/// same call (each recorded as its own hop), and a `--before` breakpoint stops the walk before
+/// the stage it names.
+pub fn forward(
+    stage: Stage,
+    track: Track,
+    pass_reason: &str,
+    contracts: Contracts,
+    breakpoint: Option<Stage>,
+) -> ForwardPlan {
+    let mut hops: Vec<Hop> = Vec::new();
+    let mut from = stage;
+    let mut reason = pass_reason.to_string();
+    while let Some(to) = from.next(track) {
+        if breakpoint == Some(to) {
+            return ForwardPlan {
+                hops,
+                breakpoint: Some(to),
+            };
+        }
+        let reason_here = if to == Stage::Done && !contracts.merge {
+            format!("{reason}; merge: not configured")
+        } else {
+            reason.clone()
+        };
+        hops.push(Hop {
+            from,
+            to,
+            reason: reason_here,
+        });
+        let na = match to {
+            Stage::DeployStaging if !contracts.staging => Some("staging N/A"),
+            Stage::Deploy if !contracts.deploy => Some("deploy N/A"),
+            _ => None,
+        };
+        match na {
+            Some(r) => {
+                reason = r.to_string();
+                from = to;
+            }
+            None => break,
+        }
+    }
+    ForwardPlan {
+        hops,
+        breakpoint: None,
+    }
+}
+
+/// Rollback or block after a verdict failure (SPEC §3.3): `retries` is the count so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailPlan {
+    RollBack { new_retries: u32 },
+    Block,
+}
+
+pub fn on_failure(retries: u32, max_retries: u32) -> FailPlan {
+    if retries >= max_retries {
+        FailPlan::Block
+    } else {
+        FailPlan::RollBack {
+            new_retries: retries + 1,
+        }
+    }
+}
+
+/// Whether all four analysis files are in `present`.
+pub fn missing_analysis_files(present: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    ANALYSIS_FILES
+        .iter()
+        .copied()
+        .filter(|f| !present(f))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn art(file: &str, blob: &str, text: &str) -> Option<Artifact> {
+        Some(Artifact {
+            file: file.into(),
+            blob_id: Some(blob.into()),
+            bytes: Some(text.as_bytes().to_vec()),
+        })
+    }
+
+    fn facts() -> GateFacts {
+        GateFacts {
+            work_item: "SHOP-7".into(),
+            entry_marker: Some(ABSENT.into()),
+            ..GateFacts::default()
+        }
+    }
+
+    const NONE: Contracts = Contracts {
+        staging: false,
+        deploy: false,
+        merge: false,
+    };
+
+    #[test]
+    fn analysis_needs_files_and_approval() {
+        let mut f = facts();
+        f.analysis_missing = vec!["02-trz.md"];
+        f.approved = true;
+        assert_eq!(
+            evaluate(Stage::Analysis, &f),
+            GateResult::NotSatisfied("missing `02-trz.md`".into())
+        );
+        f.analysis_missing.clear();
+        f.approved = false;
+        assert!(
+            matches!(evaluate(Stage::Analysis, &f), GateResult::NotSatisfied(r) if r.contains("orch approve SHOP-7"))
+        );
+        f.approved = true;
+        assert!(matches!(evaluate(Stage::Analysis, &f), GateResult::Pass(_)));
+    }
+
+    #[test]
+    fn review_verdicts() {
+        let mut f = facts();
+        assert_eq!(
+            evaluate(Stage::Review, &f),
+            GateResult::NotSatisfied("`12-review.md` does not exist".into())
+        );
+        f.verdict = art("12-review.md", "b1", "---\nverdict: APPROVED\n---\n");
+        assert!(
+            matches!(evaluate(Stage::Review, &f), GateResult::Pass(r) if r.contains("verdict: APPROVED"))
+        );
+        f.verdict = art(
+            "12-review.md",
+            "b2",
+            "---\nverdict: REQUEST_CHANGES\n---\n# Review\n## Findings\n- P0: null deref in `parse`\n  at line 3\n- P2: naming\n- P1: missing test\n## Notes\nP0 elsewhere\n",
+        );
+        match evaluate(Stage::Review, &f) {
+            GateResult::Fail { reason, feedback } => {
+                assert!(reason.contains("REQUEST_CHANGES"));
+                assert_eq!(
+                    feedback,
+                    "- P0: null deref in `parse`\n  at line 3\n- P1: missing test"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_verdict_unchanged_since_stage_entry_does_not_decide() {
+        let mut f = facts();
+        f.verdict = art("12-review.md", "same", "---\nverdict: APPROVED\n---\n");
+        f.entry_marker = Some("same".into());
+        assert_eq!(
+            evaluate(Stage::Review, &f),
+            GateResult::NotSatisfied(
+                "`12-review.md` has not been rewritten since `SHOP-7` entered `review`".into()
+            )
+        );
+    }
+
+    #[test]
+    fn tests_gate_negative_priority_and_feedback() {
+        let mut f = facts();
+        f.verdict = art(
+            "13-test-report.md",
+            "b",
+            "---\nresult: PASS\nstatus: FAILED\n---\n## Summary\nok\n## Test output\nthread main panicked\n## Conclusion\nbad\n",
+        );
+        match evaluate(Stage::Testing, &f) {
+            GateResult::Fail { feedback, .. } => assert_eq!(feedback, "thread main panicked"),
+            other => panic!("{other:?}"),
+        }
+        f.verdict = art(
+            "13-test-report.md",
+            "b",
+            "---\nresult: FAIL\n---\n| t1 | PASS |\n| t2 | FAIL |\n",
+        );
+        match evaluate(Stage::Testing, &f) {
+            GateResult::Fail { feedback, .. } => assert_eq!(feedback, "| t2 | FAIL |"),
+            other => panic!("{other:?}"),
+        }
+        f.verdict = art(
+            "13-test-report.md",
+            "b",
+            "---\nresult: PASS\nstatus: stored\n---\n",
+        );
+        assert!(matches!(evaluate(Stage::Testing, &f), GateResult::Pass(_)));
+        f.verdict = art("13-test-report.md", "b", "result: PASS\n");
+        assert!(
+            matches!(evaluate(Stage::Testing, &f), GateResult::NotSatisfied(r) if r.starts_with("`13-test-report.md`: "))
+        );
+    }
+
+    #[test]
+    fn development_gate_by_ci_mode() {
+        let mut f = facts();
+        f.ci_gate = Some(CiGate::CodeChange);
+        assert!(matches!(
+            evaluate(Stage::Development, &f),
+            GateResult::NotSatisfied(_)
+        ));
+        f.code_change = true;
+        assert!(matches!(
+            evaluate(Stage::Development, &f),
+            GateResult::Pass(_)
+        ));
+        f.ci_gate = Some(CiGate::Status);
+        f.ci_state = Some(CiState::Pending);
+        assert!(matches!(
+            evaluate(Stage::Development, &f),
+            GateResult::NotSatisfied(_)
+        ));
+        f.ci_state = Some(CiState::Failure("ci/build: failure".into()));
+        assert!(matches!(
+            evaluate(Stage::Development, &f),
+            GateResult::Fail { .. }
+        ));
+        f.ci_state = Some(CiState::Success);
+        assert!(matches!(
+            evaluate(Stage::Development, &f),
+            GateResult::Pass(_)
+        ));
+    }
+
+    #[test]
+    fn testing_passes_to_done_without_contracts() {
+        let p = forward(Stage::Testing, Track::Feature, "tests PASS", NONE, None);
+        let path: Vec<(Stage, Stage, &str)> = p
+            .hops
+            .iter()
+            .map(|h| (h.from, h.to, h.reason.as_str()))
+            .collect();
+        assert_eq!(
+            path,
+            vec![
+                (Stage::Testing, Stage::DeployStaging, "tests PASS"),
+                (Stage::DeployStaging, Stage::Deploy, "staging N/A"),
+                (
+                    Stage::Deploy,
+                    Stage::Done,
+                    "deploy N/A; merge: not configured"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn contracts_stop_the_walk_and_breakpoints_pause_before() {
+        let c = Contracts {
+            staging: true,
+            deploy: true,
+            merge: false,
+        };
+        let p = forward(Stage::Testing, Track::Feature, "ok", c, None);
+        assert_eq!(p.hops.len(), 1);
+        assert_eq!(p.hops[0].to, Stage::DeployStaging);
+        let p = forward(
+            Stage::Testing,
+            Track::Feature,
+            "ok",
+            NONE,
+            Some(Stage::Deploy),
+        );
+        assert_eq!(
+            p.hops.len(),
+            1,
+            "entered deploy-staging, stopped before deploy"
+        );
+        assert_eq!(p.breakpoint, Some(Stage::Deploy));
+        let p = forward(
+            Stage::Development,
+            Track::Feature,
+            "ok",
+            NONE,
+            Some(Stage::Review),
+        );
+        assert!(p.hops.is_empty());
+        assert_eq!(p.breakpoint, Some(Stage::Review));
+    }
+
+    #[test]
+    fn the_fourth_failure_blocks() {
+        assert_eq!(on_failure(0, 3), FailPlan::RollBack { new_retries: 1 });
+        assert_eq!(on_failure(2, 3), FailPlan::RollBack { new_retries: 3 });
+        assert_eq!(on_failure(3, 3), FailPlan::Block);
+    }
+}

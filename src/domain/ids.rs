@@ -1,0 +1,227 @@
+//! Identifiers that come from outside (command line, tracker, config) and the rules that
+//! validate them before they reach SQL, git or a path (SPEC §9). Pure; the patterns are written
+//! out by hand because they are small and a regex engine would cost start-up time.
+
+use std::fmt;
+
+/// A validated work item id such as `SHOP-7` (`^[A-Z][A-Z0-9]{0,15}-[0-9]{1,9}$`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkItem(String);
+
+/// A database row id of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskId(pub i64);
+
+/// A database row id of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JobId(pub i64);
+
+impl WorkItem {
+    pub fn parse(s: &str) -> Result<WorkItem, String> {
+        if valid_work_item(s) {
+            Ok(WorkItem(s.to_string()))
+        } else {
+            Err(format!(
+                "invalid work item id `{}`: expected an upper-case prefix, a dash and a number, like `SHOP-7`",
+                printable(s)
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The project prefix (`SHOP` of `SHOP-7`).
+    pub fn prefix(&self) -> &str {
+        self.0.split_once('-').map(|(p, _)| p).unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for WorkItem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `^[A-Z][A-Z0-9]{0,15}-[0-9]{1,9}$`
+pub fn valid_work_item(s: &str) -> bool {
+    let Some((prefix, num)) = s.split_once('-') else {
+        return false;
+    };
+    valid_prefix(prefix)
+        && !num.is_empty()
+        && num.len() <= 9
+        && num.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A work item prefix: `^[A-Z][A-Z0-9]{0,15}$`.
+pub fn valid_prefix(p: &str) -> bool {
+    let b = p.as_bytes();
+    !b.is_empty()
+        && b.len() <= 16
+        && b[0].is_ascii_uppercase()
+        && b.iter()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+}
+
+/// A repo name: `^[a-z0-9][a-z0-9._-]{0,63}$`.
+pub fn valid_repo_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
+}
+
+/// A task reference typed by an operator: a work item, or its tombstone form
+/// `SHOP-7#cancelled-12` (SPEC §3.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskRef {
+    WorkItem(WorkItem),
+    Tombstone(String),
+}
+
+impl TaskRef {
+    pub fn parse(s: &str) -> Result<TaskRef, String> {
+        if let Some((wi, rest)) = s.split_once("#cancelled-")
+            && valid_work_item(wi)
+            && !rest.is_empty()
+            && rest.len() <= 18
+            && rest.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Ok(TaskRef::Tombstone(s.to_string()));
+        }
+        WorkItem::parse(s).map(TaskRef::WorkItem)
+    }
+}
+
+pub fn tombstone(wi: &str, task_id: TaskId) -> String {
+    format!("{wi}#cancelled-{}", task_id.0)
+}
+
+/// A branch-safe ASCII slug of a title: lower case letters and digits joined by single dashes,
+/// at most 40 characters, `task` when nothing is left.
+pub fn slug(title: &str) -> String {
+    let mut out = String::new();
+    let mut dash = false;
+    for c in title.chars() {
+        if c.is_ascii_alphanumeric() {
+            if dash && !out.is_empty() {
+                out.push('-');
+            }
+            dash = false;
+            out.push(c.to_ascii_lowercase());
+            if out.len() >= 40 {
+                break;
+            }
+        } else {
+            dash = true;
+        }
+    }
+    while out.ends_with('-') {
+        out.pop();
+    }
+    if out.is_empty() {
+        "task".to_string()
+    } else {
+        out
+    }
+}
+
+/// The task branch name, fixed when the task is added: `feature/<WI>-<slug>`.
+pub fn branch_name(wi: &WorkItem, title: &str) -> String {
+    format!("feature/{}-{}", wi, slug(title))
+}
+
+/// Render outside text safely inside a one-line message: control characters are escaped and
+/// the text is cut at 80 characters.
+pub fn printable(s: &str) -> String {
+    let mut out: String = s.chars().take(80).flat_map(char::escape_default).collect();
+    if s.chars().count() > 80 {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_item_ids() {
+        for ok in ["SHOP-7", "A-1", "ORCH124-123456789", "ABCDEFGHIJKLMNOP-1"] {
+            assert!(valid_work_item(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "demo-1",
+            "../x",
+            "A-1;rm -rf /",
+            "SHOP",
+            "SHOP-",
+            "-1",
+            "1A-1",
+            "SHOP-1234567890",
+            "ABCDEFGHIJKLMNOPQ-1",
+            "SHOP-7 ",
+            "SHOP-7\n",
+            "SHÖP-7",
+            "SHOP-7#cancelled-1",
+        ] {
+            assert!(!valid_work_item(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn repo_names() {
+        for ok in ["shop", "a", "my-repo.v2_x", "0day"] {
+            assert!(valid_repo_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Shop",
+            "-x",
+            ".x",
+            "a/b",
+            "../a",
+            "a b",
+            &"a".repeat(65),
+        ] {
+            assert!(!valid_repo_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tombstones_parse_and_bad_refs_do_not() {
+        assert_eq!(
+            TaskRef::parse("SHOP-7#cancelled-12"),
+            Ok(TaskRef::Tombstone("SHOP-7#cancelled-12".into()))
+        );
+        assert!(TaskRef::parse("SHOP-7#cancelled-").is_err());
+        assert!(TaskRef::parse("SHOP-7#cancelled-1x").is_err());
+        assert!(TaskRef::parse("x#cancelled-1").is_err());
+        assert!(matches!(TaskRef::parse("SHOP-7"), Ok(TaskRef::WorkItem(_))));
+    }
+
+    #[test]
+    fn slugs_are_branch_safe_ascii() {
+        assert_eq!(slug("Add a /health endpoint!"), "add-a-health-endpoint");
+        assert_eq!(slug("  ..héllo  wörld.. "), "h-llo-w-rld");
+        assert_eq!(slug("$(rm -rf /)"), "rm-rf");
+        assert_eq!(slug("!!!"), "task");
+        assert!(slug(&"x".repeat(200)).len() <= 40);
+        let wi = WorkItem::parse("SHOP-7").unwrap();
+        assert_eq!(
+            branch_name(&wi, "Fix: the bug"),
+            "feature/SHOP-7-fix-the-bug"
+        );
+    }
+
+    #[test]
+    fn printable_escapes_control_characters() {
+        assert_eq!(printable("a\nb"), "a\\nb");
+        assert!(printable(&"y".repeat(100)).ends_with('…'));
+    }
+}

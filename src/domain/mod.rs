@@ -1,0 +1,11 @@
+//! Pure decisions over plain data: the stage table, verdicts, gates, claim eligibility, lease
+//! liveness, prompts. No SQL, no processes, no HTTP, no clock reads (`now` is passed in).
+
+pub mod claim;
+pub mod frontmatter;
+pub mod gate;
+pub mod ids;
+pub mod liveness;
+pub mod prompt;
+pub mod stage;
+pub mod time;

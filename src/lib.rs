@@ -1,0 +1,142 @@
+//! orch: an operator-first runner of an AI-agent software-development pipeline.
+//!
+//! `run` parses the command line, sets up logging, loads the config, builds the `Ctx`,
+//! dispatches to one `cmd::*` adapter, prints the error chain and maps it to the exit-code
+//! contract of SPEC §12. Nothing below it calls `std::process::exit`.
+
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod ext;
+pub mod ops;
+pub mod output;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+use crate::db::Db;
+use crate::error::Code;
+
+/// Everything a command needs, built once and passed as `&mut Ctx`.
+pub struct Ctx {
+    pub config: Config,
+    pub db: Db,
+    pub json: bool,
+    /// The clock, read once per command.
+    pub now: domain::time::Ts,
+}
+
+impl Ctx {
+    /// Build from the global flags: load the config, create the state dirs, open the database.
+    pub fn open(global: &cli::Global) -> Result<Ctx> {
+        let config = match config::locate(global.config.as_deref()) {
+            Some(path) => config::load(&path, global.state_dir.clone())?,
+            None => Config::empty(global.state_dir.clone())?,
+        };
+        Self::with_config(config, global.json)
+    }
+
+    pub fn with_config(config: Config, json: bool) -> Result<Ctx> {
+        for dir in [&config.state_dir, &config.repos_dir] {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating directory `{}`", dir.display()))?;
+        }
+        let db = Db::open(&config.db_path())?;
+        Ok(Ctx {
+            config,
+            db,
+            json,
+            now: now(),
+        })
+    }
+
+    /// Refresh the clock (long commands).
+    pub fn tick_clock(&mut self) {
+        self.now = now();
+    }
+}
+
+pub fn now() -> domain::time::Ts {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn init_logging(global: &cli::Global) {
+    use tracing_subscriber::EnvFilter;
+    let default = match (global.quiet, global.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, _) => "debug",
+    };
+    let filter = EnvFilter::try_from_env("ORCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// The whole program: returns the process exit code.
+pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => Code::Usage as u8,
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging(&cli.global);
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(err) => {
+            let code = error::code_of(&err);
+            output::error(&err);
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<Code> {
+    let g = &cli.global;
+    if let Command::Init { dir } = &cli.command {
+        return cmd::init::run(g, dir.as_deref());
+    }
+    let mut ctx = Ctx::open(g)?;
+    match cli.command {
+        Command::Init { .. } => Ok(Code::Ok),
+        Command::Task(t) => cmd::task::run(&mut ctx, t),
+        Command::Approve { work_item } => cmd::approve::run(&mut ctx, &work_item),
+        Command::ConfirmDeploy { work_item } => cmd::confirm_deploy::run(&mut ctx, &work_item),
+        Command::Cancel { work_item, reason } => {
+            cmd::cancel::run(&mut ctx, &work_item, reason.as_deref())
+        }
+        Command::Advance(a) => cmd::advance::run(&mut ctx, a),
+        Command::Pause {
+            work_item,
+            reason,
+            before,
+        } => cmd::pause::run(&mut ctx, &work_item, &reason, before.as_deref()),
+        Command::Resume { work_item } => cmd::resume::run(&mut ctx, &work_item),
+        Command::Freeze { repo, reason } => cmd::freeze::run(&mut ctx, &repo, &reason),
+        Command::Unfreeze { repo } => cmd::unfreeze::run(&mut ctx, &repo),
+        Command::Queue { repo } => cmd::queue::run(&mut ctx, repo.as_deref()),
+        Command::Why { work_item } => cmd::why::run(&mut ctx, &work_item),
+        Command::Lease(l) => cmd::lease::run(&mut ctx, l),
+        Command::Report(r) => cmd::report::run(&mut ctx, r),
+    }
+}

@@ -1,0 +1,726 @@
+//! `orch advance`: evaluate the exit gate of the task's current stage and apply exactly one
+//! decision (SPEC §3.3, §5, §12). Gather (git, under the repo lock) → decide (`domain::gate`) →
+//! apply (one `BEGIN IMMEDIATE` transaction of compare-and-swap stage writes, superseded jobs,
+//! the next job, and one history row per hop). The transition lease is held across all three,
+//! so two actors never apply the same edge.
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use crate::Ctx;
+use crate::config::{DeployMode, RepoCfg};
+use crate::db::{self, jobs::NewJob, tasks::TaskRow, transitions::NewTransition};
+use crate::domain::gate::{self, Contracts, FailPlan, GateResult};
+use crate::domain::ids::{JobId, TaskRef};
+use crate::domain::prompt::{self, Rollback, TaskText};
+use crate::domain::stage::{Role, Stage};
+use crate::error::{Code, usage};
+use crate::ops::gather::{self, GitView};
+use crate::ops::lease::TransitionLease;
+
+/// Who acts (the `actor` column of the history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Operator,
+    Supervisor,
+    Tick,
+    Webhook,
+    Reconciler,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Operator => "operator",
+            Actor::Supervisor => "supervisor",
+            Actor::Tick => "tick",
+            Actor::Webhook => "webhook",
+            Actor::Reconciler => "reconciler",
+        }
+    }
+}
+
+/// The decision `orch advance` applied, in SPEC §12's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Advanced,
+    RolledBack,
+    NotSatisfied,
+    Deferred,
+    StageCasLost,
+    Held,
+    Blocked,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Advanced => "advanced",
+            Outcome::RolledBack => "rolled-back",
+            Outcome::NotSatisfied => "not-satisfied",
+            Outcome::Deferred => "deferred",
+            Outcome::StageCasLost => "stage-cas-lost",
+            Outcome::Held => "held",
+            Outcome::Blocked => "blocked",
+        }
+    }
+
+    pub fn code(self) -> Code {
+        match self {
+            Outcome::Advanced => Code::Ok,
+            Outcome::RolledBack | Outcome::NotSatisfied => Code::No,
+            Outcome::Deferred | Outcome::StageCasLost => Code::Busy,
+            Outcome::Held | Outcome::Blocked => Code::Held,
+        }
+    }
+}
+
+/// An operator override (`--to STAGE --reason TEXT [--reset-retries]`).
+#[derive(Debug, Clone)]
+pub struct Override {
+    pub to: Stage,
+    pub reason: String,
+    pub reset_retries: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub task: TaskRef,
+    pub expect_stage: Option<Stage>,
+    pub as_role: Option<Role>,
+    pub to: Option<Override>,
+    pub dry_run: bool,
+    pub actor: Actor,
+}
+
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub work_item: String,
+    pub from: Stage,
+    pub to: Stage,
+    pub outcome: Outcome,
+    pub reason: String,
+    pub enqueued_job: Option<JobId>,
+    pub dry_run: bool,
+}
+
+/// Find a task or fail with exit 2 and the fix.
+pub fn find_task(ctx: &Ctx, r: &TaskRef) -> Result<TaskRow> {
+    db::tasks::find(ctx.db.conn(), r)?.ok_or_else(|| {
+        let shown = match r {
+            TaskRef::WorkItem(w) => w.to_string(),
+            TaskRef::Tombstone(t) => t.clone(),
+        };
+        usage(format!(
+            "work item `{shown}` not found; `orch task list --all` shows known tasks"
+        ))
+    })
+}
+
+pub fn repo_of<'a>(ctx: &'a Ctx, task: &TaskRow) -> Result<&'a RepoCfg> {
+    ctx.config.repo(&task.repo).ok_or_else(|| {
+        usage(format!(
+            "task `{}` belongs to repo `{}`, which is not in the config",
+            task.work_item, task.repo
+        ))
+    })
+}
+
+pub fn contracts(repo: &RepoCfg) -> Contracts {
+    Contracts {
+        staging: repo.staging.is_some(),
+        deploy: repo.deploy_mode() != DeployMode::None,
+        merge: false,
+    }
+}
+
+/// The role whose job is enqueued when `task` enters `stage`, if any. `deploy` with
+/// `require_confirm` waits for `orch confirm-deploy` (or the `auto-deploy` label) first.
+pub fn role_on_entry(stage: Stage, repo: &RepoCfg, task: &TaskRow) -> Option<Role> {
+    let role = stage.spec().role?;
+    match stage {
+        Stage::DeployStaging if repo.staging.is_none() => None,
+        Stage::Deploy => {
+            let confirmed = !repo.require_confirm()
+                || task.has_label("auto-deploy")
+                || task.deploy_confirmed_at.is_some();
+            (repo.deploy_mode() != DeployMode::None && confirmed).then_some(role)
+        }
+        _ => Some(role),
+    }
+}
+
+pub fn task_text(task: &TaskRow) -> TaskText<'_> {
+    TaskText {
+        work_item: &task.base_work_item,
+        title: &task.title,
+        description: &task.description,
+        repo: &task.repo,
+        branch: &task.branch,
+    }
+}
+
+/// Enqueue the job of `role` for `task` at `stage`.
+pub fn enqueue(
+    ctx: &Ctx,
+    tx: &rusqlite::Connection,
+    task: &TaskRow,
+    role: Role,
+    stage: Stage,
+    rollback: Option<&Rollback<'_>>,
+) -> Result<JobId> {
+    let text = prompt::job_prompt(&task_text(task), role, stage, rollback);
+    db::jobs::insert(
+        tx,
+        &NewJob {
+            task_id: task.id,
+            role,
+            stage,
+            repo: &task.repo,
+            available_at: ctx.now,
+            max_attempts: ctx.config.agent.max_attempts,
+            prompt: &text,
+        },
+        ctx.now,
+    )
+}
+
+/// Append one history row.
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    ctx: &Ctx,
+    tx: &rusqlite::Connection,
+    task: &TaskRow,
+    from: Stage,
+    to: Stage,
+    actor: Actor,
+    outcome: &str,
+    reason: &str,
+) -> Result<()> {
+    db::transitions::insert(
+        tx,
+        &NewTransition {
+            task_id: task.id,
+            from,
+            to,
+            actor: actor.as_str(),
+            outcome,
+            reason,
+            overridden_verdict: None,
+            artifact_sha256: None,
+        },
+        ctx.now,
+    )
+}
+
+/// The whole use-case.
+pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
+    let task = find_task(ctx, &req.task)?;
+    let report = |outcome, to: Stage, reason: String| Report {
+        work_item: task.work_item.clone(),
+        from: task.stage,
+        to,
+        outcome,
+        reason,
+        enqueued_job: None,
+        dry_run: req.dry_run,
+    };
+
+    // A caller that names what it expects (a supervisor, a runbook) gets a CAS no-op when the
+    // task moved on; a plain operator call on a finished task is a usage error.
+    let stale = match (req.expect_stage, req.as_role) {
+        (Some(s), _) if s != task.stage => Some(format!(
+            "`{}` is in `{}`, not `{}`",
+            task.work_item, task.stage, s
+        )),
+        (_, Some(r)) if task.stage.spec().role != Some(r) => Some(format!(
+            "`{}` is in `{}`, which `{}` does not work",
+            task.work_item, task.stage, r
+        )),
+        _ => None,
+    };
+    if let Some(reason) = stale {
+        if !req.dry_run {
+            record_alone(
+                ctx,
+                &task,
+                task.stage,
+                req.actor,
+                Outcome::StageCasLost,
+                &reason,
+            )?;
+        }
+        return Ok(report(Outcome::StageCasLost, task.stage, reason));
+    }
+    if task.stage.is_terminal() && req.to.is_none() {
+        return Err(usage(format!(
+            "cannot advance `{}`: it is already `{}`",
+            task.work_item, task.stage
+        )));
+    }
+    let repo = repo_of(ctx, &task)?.clone();
+
+    if let Some(ov) = &req.to {
+        return override_to(ctx, &task, &repo, ov, req);
+    }
+    if let (Some(at), Some(why)) = (task.blocked_at, &task.blocked_reason) {
+        let reason = format!(
+            "`{}` is blocked since {}: {}; after fixing it run `orch advance {} --to development --reason …`",
+            task.work_item,
+            crate::domain::time::rfc3339(at),
+            why,
+            task.work_item
+        );
+        if !req.dry_run {
+            record_alone(ctx, &task, task.stage, req.actor, Outcome::Blocked, why)?;
+        }
+        return Ok(report(Outcome::Blocked, task.stage, reason));
+    }
+
+    // Take ownership of the transition before looking, so what we decide is what we apply.
+    let lease = if req.dry_run {
+        None
+    } else {
+        let path = ctx.config.db_path();
+        match TransitionLease::acquire(&ctx.db, path, task.id, "advance", task.stage, ctx.now)? {
+            Ok(l) => Some(l),
+            Err(busy) => {
+                let reason = format!("deferred: {}", busy.describe());
+                record_alone(
+                    ctx,
+                    &task,
+                    task.stage,
+                    req.actor,
+                    Outcome::Deferred,
+                    &reason,
+                )?;
+                return Ok(report(Outcome::Deferred, task.stage, reason));
+            }
+        }
+    };
+
+    let view = gather::open(ctx, &task, &repo)?;
+    let facts = gather::facts(ctx, &task, &repo, &view)?;
+    let result = gate::evaluate(task.stage, &facts);
+    info!(work_item = %task.work_item, stage = %task.stage, "gate: {result:?}");
+
+    let out = match result {
+        GateResult::NotSatisfied(why) => {
+            let reason = format!(
+                "cannot advance `{}` from `{}`: {}",
+                task.work_item, task.stage, why
+            );
+            if !req.dry_run {
+                record_alone(
+                    ctx,
+                    &task,
+                    task.stage,
+                    req.actor,
+                    Outcome::NotSatisfied,
+                    &why,
+                )?;
+            }
+            report(Outcome::NotSatisfied, task.stage, reason)
+        }
+        GateResult::Pass(why) => apply_forward(ctx, &task, &repo, &view, &why, req)?,
+        GateResult::Fail { reason, feedback } => {
+            apply_failure(ctx, &task, &view, &reason, &feedback, req)?
+        }
+    };
+    drop(view);
+    drop(lease);
+    Ok(out)
+}
+
+fn record_alone(
+    ctx: &Ctx,
+    task: &TaskRow,
+    stage: Stage,
+    actor: Actor,
+    outcome: Outcome,
+    reason: &str,
+) -> Result<()> {
+    ctx.db
+        .write(|tx| record(ctx, tx, task, stage, stage, actor, outcome.as_str(), reason))
+}
+
+/// A write transaction that lends the context immutably alongside it.
+pub fn write<T>(ctx: &Ctx, f: impl FnOnce(&Ctx, &rusqlite::Connection) -> Result<T>) -> Result<T> {
+    ctx.db.write(|tx| f(ctx, tx))
+}
+
+/// The gate passed: walk forward (N/A stages included), honour a `--before` breakpoint.
+fn apply_forward(
+    ctx: &Ctx,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    view: &GitView,
+    why: &str,
+    req: &Request,
+) -> Result<Report> {
+    let plan = gate::forward(
+        task.stage,
+        task.track,
+        why,
+        contracts(repo),
+        task.pause_before,
+    );
+    let final_stage = plan.hops.last().map(|h| h.to).unwrap_or(task.stage);
+    let marker = match plan.hops.last() {
+        Some(h) => view.entry_marker(h.to)?,
+        None => None,
+    };
+    let role = role_on_entry(final_stage, repo, task);
+    let summary = match (&plan.hops[..], plan.breakpoint) {
+        ([], Some(bp)) => format!("paused at breakpoint before `{bp}`"),
+        (hops, bp) => {
+            let path: Vec<&str> = std::iter::once(task.stage.as_str())
+                .chain(hops.iter().map(|h| h.to.as_str()))
+                .collect();
+            let mut s = format!("{} ({why})", path.join(" → "));
+            if let Some(bp) = bp {
+                s.push_str(&format!("; paused at breakpoint before `{bp}`"));
+            }
+            s
+        }
+    };
+    let outcome = if plan.hops.is_empty() {
+        Outcome::Deferred
+    } else {
+        Outcome::Advanced
+    };
+    if req.dry_run {
+        return Ok(Report {
+            work_item: task.work_item.clone(),
+            from: task.stage,
+            to: final_stage,
+            outcome,
+            reason: format!("would advance: {summary}"),
+            enqueued_job: None,
+            dry_run: true,
+        });
+    }
+    let applied = write(ctx, |ctx, tx| {
+        let mut from = task.stage;
+        for hop in &plan.hops {
+            let m = if hop.to == final_stage {
+                marker.as_deref()
+            } else {
+                None
+            };
+            if !db::tasks::cas_stage(tx, task.id, from, hop.to, m, ctx.now)? {
+                return Ok(None);
+            }
+            record(
+                ctx,
+                tx,
+                task,
+                hop.from,
+                hop.to,
+                req.actor,
+                "advanced",
+                &hop.reason,
+            )?;
+            from = hop.to;
+        }
+        if !plan.hops.is_empty() {
+            db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
+            db::tasks::set_held(tx, task.id, None, ctx.now)?;
+        }
+        if let Some(bp) = plan.breakpoint {
+            let reason = format!("breakpoint before `{bp}`");
+            db::tasks::set_paused(tx, task.id, Some((&reason, "breakpoint")), ctx.now)?;
+            db::tasks::set_pause_before(tx, task.id, None, ctx.now)?;
+            record(
+                ctx,
+                tx,
+                task,
+                final_stage,
+                final_stage,
+                req.actor,
+                "paused",
+                &reason,
+            )?;
+        }
+        let job = match (plan.hops.is_empty(), role) {
+            (false, Some(role)) => Some(enqueue(ctx, tx, task, role, final_stage, None)?),
+            _ => None,
+        };
+        Ok(Some(job))
+    })?;
+    let Some(job) = applied else {
+        return lost(ctx, task, req);
+    };
+    if plan.breakpoint.is_some() {
+        warn!(work_item = %task.work_item, "alert: paused at breakpoint: {summary}");
+    }
+    Ok(Report {
+        work_item: task.work_item.clone(),
+        from: task.stage,
+        to: final_stage,
+        outcome,
+        reason: summary,
+        enqueued_job: job,
+        dry_run: false,
+    })
+}
+
+fn lost(ctx: &Ctx, task: &TaskRow, req: &Request) -> Result<Report> {
+    let now_stage = db::tasks::get(ctx.db.conn(), task.id)?.stage;
+    let reason = format!(
+        "another actor moved `{}` from `{}` to `{}` first",
+        task.work_item, task.stage, now_stage
+    );
+    record_alone(
+        ctx,
+        task,
+        task.stage,
+        req.actor,
+        Outcome::StageCasLost,
+        &reason,
+    )?;
+    Ok(Report {
+        work_item: task.work_item.clone(),
+        from: task.stage,
+        to: now_stage,
+        outcome: Outcome::StageCasLost,
+        reason,
+        enqueued_job: None,
+        dry_run: false,
+    })
+}
+
+/// A verdict failure: roll back to development (retry +1) or block at the cap.
+fn apply_failure(
+    ctx: &Ctx,
+    task: &TaskRow,
+    view: &GitView,
+    reason: &str,
+    feedback: &str,
+    req: &Request,
+) -> Result<Report> {
+    let plan = gate::on_failure(task.dev_retries, ctx.config.max_developer_retries);
+    let headline = format!(
+        "cannot advance `{}` from `{}`: {}",
+        task.work_item, task.stage, reason
+    );
+    let (outcome, to) = match plan {
+        FailPlan::RollBack { .. } => (Outcome::RolledBack, Stage::Development),
+        FailPlan::Block => (Outcome::Blocked, task.stage),
+    };
+    if req.dry_run {
+        return Ok(Report {
+            work_item: task.work_item.clone(),
+            from: task.stage,
+            to,
+            outcome,
+            reason: format!("would {}: {headline}", outcome.as_str()),
+            enqueued_job: None,
+            dry_run: true,
+        });
+    }
+    let artifact_path = task
+        .stage
+        .spec()
+        .verdict_file
+        .map(|f| view.artifact_path(f))
+        .unwrap_or_else(|| format!("branch `{}`", task.branch));
+    let marker = view.entry_marker(Stage::Development)?;
+    let max = ctx.config.max_developer_retries;
+    let applied = write(ctx, |ctx, tx| match plan {
+        FailPlan::Block => {
+            let why = format!(
+                "{reason}; developer retries exhausted ({}/{max})",
+                task.dev_retries
+            );
+            db::tasks::set_blocked(tx, task.id, Some(&why), ctx.now)?;
+            db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
+            record(
+                ctx, tx, task, task.stage, task.stage, req.actor, "blocked", &why,
+            )?;
+            Ok(Some(None))
+        }
+        FailPlan::RollBack { new_retries } => {
+            if !db::tasks::cas_stage(
+                tx,
+                task.id,
+                task.stage,
+                Stage::Development,
+                marker.as_deref(),
+                ctx.now,
+            )? {
+                return Ok(None);
+            }
+            db::tasks::set_dev_retries(tx, task.id, new_retries, ctx.now)?;
+            db::tasks::set_held(tx, task.id, None, ctx.now)?;
+            db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
+            record(
+                ctx,
+                tx,
+                task,
+                task.stage,
+                Stage::Development,
+                req.actor,
+                "rolled-back",
+                reason,
+            )?;
+            let rb = Rollback {
+                from: task.stage,
+                reason,
+                artifact_path: &artifact_path,
+                feedback,
+                retry: new_retries,
+                max_retries: max,
+            };
+            Ok(Some(Some(enqueue(
+                ctx,
+                tx,
+                task,
+                Role::Developer,
+                Stage::Development,
+                Some(&rb),
+            )?)))
+        }
+    })?;
+    let Some(job) = applied else {
+        return lost(ctx, task, req);
+    };
+    if outcome == Outcome::Blocked {
+        warn!(work_item = %task.work_item, "alert: task blocked: {headline}");
+    }
+    Ok(Report {
+        work_item: task.work_item.clone(),
+        from: task.stage,
+        to,
+        outcome,
+        reason: headline,
+        enqueued_job: job,
+        dry_run: false,
+    })
+}
+
+/// `--to STAGE --reason TEXT`: move whatever the gate says; record what was overridden.
+fn override_to(
+    ctx: &Ctx,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    ov: &Override,
+    req: &Request,
+) -> Result<Report> {
+    if ov.reason.trim().is_empty() {
+        return Err(usage("`--to` needs a non-empty `--reason`"));
+    }
+    if ov.to == Stage::Created {
+        return Err(usage("cannot override a task back to `created`"));
+    }
+    if ov.to == Stage::Cancelled {
+        return Err(usage(format!(
+            "use `orch cancel {}` to cancel a task",
+            task.work_item
+        )));
+    }
+    // What the gate said, and the artifact as it was, for the audit trail. Git trouble must
+    // not stop an operator from unsticking a task, so it is recorded instead.
+    let (verdict, sha, marker) = match gather::open(ctx, task, repo) {
+        Ok(view) => {
+            let verdict = gather::facts(ctx, task, repo, &view)
+                .map(|f| gate_text(&gate::evaluate(task.stage, &f)))
+                .unwrap_or_else(|e| format!("gate unavailable: {e:#}"));
+            let sha = match task.stage.spec().verdict_file {
+                Some(file) => view
+                    .read(file)
+                    .ok()
+                    .and_then(|a| a.bytes)
+                    .map(|b| hex::encode(Sha256::digest(&b))),
+                None => None,
+            };
+            let marker = view.entry_marker(ov.to).unwrap_or(None);
+            (verdict, sha, marker)
+        }
+        Err(e) => (format!("gate unavailable: {e:#}"), None, None),
+    };
+    if req.dry_run {
+        return Ok(Report {
+            work_item: task.work_item.clone(),
+            from: task.stage,
+            to: ov.to,
+            outcome: Outcome::Advanced,
+            reason: format!("would override ({verdict}): {}", ov.reason),
+            enqueued_job: None,
+            dry_run: true,
+        });
+    }
+    let path = ctx.config.db_path();
+    let _lease =
+        match TransitionLease::acquire(&ctx.db, path, task.id, "operator", task.stage, ctx.now)? {
+            Ok(l) => l,
+            Err(busy) => {
+                let reason = format!("deferred: {}", busy.describe());
+                record_alone(ctx, task, task.stage, req.actor, Outcome::Deferred, &reason)?;
+                return Ok(Report {
+                    work_item: task.work_item.clone(),
+                    from: task.stage,
+                    to: task.stage,
+                    outcome: Outcome::Deferred,
+                    reason,
+                    enqueued_job: None,
+                    dry_run: false,
+                });
+            }
+        };
+    let mut entered = task.clone();
+    entered.stage = ov.to;
+    let role = role_on_entry(ov.to, repo, &entered);
+    let applied = write(ctx, |ctx, tx| {
+        if !db::tasks::cas_stage(tx, task.id, task.stage, ov.to, marker.as_deref(), ctx.now)? {
+            return Ok(None);
+        }
+        db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
+        db::tasks::set_blocked(tx, task.id, None, ctx.now)?;
+        db::tasks::set_held(tx, task.id, None, ctx.now)?;
+        if ov.reset_retries {
+            db::tasks::set_dev_retries(tx, task.id, 0, ctx.now)?;
+        }
+        db::transitions::insert(
+            tx,
+            &NewTransition {
+                task_id: task.id,
+                from: task.stage,
+                to: ov.to,
+                actor: Actor::Operator.as_str(),
+                outcome: "override",
+                reason: &ov.reason,
+                overridden_verdict: Some(&verdict),
+                artifact_sha256: sha.as_deref(),
+            },
+            ctx.now,
+        )?;
+        let job = match role {
+            Some(r) => Some(enqueue(ctx, tx, task, r, ov.to, None)?),
+            None => None,
+        };
+        Ok(Some(job))
+    })
+    .context("applying the override")?;
+    let Some(job) = applied else {
+        return lost(ctx, task, req);
+    };
+    Ok(Report {
+        work_item: task.work_item.clone(),
+        from: task.stage,
+        to: ov.to,
+        outcome: Outcome::Advanced,
+        reason: format!("override ({verdict}): {}", ov.reason),
+        enqueued_job: job,
+        dry_run: false,
+    })
+}
+
+fn gate_text(r: &GateResult) -> String {
+    match r {
+        GateResult::Pass(s) => format!("pass: {s}"),
+        GateResult::NotSatisfied(s) => format!("not satisfied: {s}"),
+        GateResult::Fail { reason, .. } => format!("fail: {reason}"),
+    }
+}

@@ -1,0 +1,217 @@
+//! Gathers the facts an exit gate reads (SPEC §3.2): fetch the repo clone, fast-forward a clean
+//! task worktree, pick where to look (worktree → `origin/<task branch>` → `origin/<main>`), and
+//! read the artifacts the current stage needs. All of it under the repo's `flock`. Deciding is
+//! `domain::gate`'s job.
+
+use anyhow::{Context, Result};
+
+use crate::Ctx;
+use crate::config::{CiMode, RepoCfg};
+use crate::db;
+use crate::db::tasks::TaskRow;
+use crate::domain::gate::{ABSENT, Artifact, CiGate, CiState, GateFacts, missing_analysis_files};
+use crate::domain::stage::{ADR_DIR, GateKind, Stage};
+use crate::ext::git::{Git, RepoLock, RepoRef, Source};
+
+/// The git side of one evaluation: holds the repo lock until dropped, so the markers recorded
+/// for the next stage come from the same state the gate saw.
+pub struct GitView {
+    git: Git,
+    name: String,
+    remote: String,
+    main: String,
+    pub source: Source,
+    work_item: String,
+    _lock: RepoLock,
+}
+
+impl GitView {
+    fn repo(&self) -> RepoRef<'_> {
+        RepoRef {
+            name: &self.name,
+            remote: &self.remote,
+            main: &self.main,
+        }
+    }
+
+    pub fn artifact_path(&self, file: &str) -> String {
+        format!("docs/work-items/{}/{file}", self.work_item)
+    }
+
+    pub fn read(&self, file: &str) -> Result<Artifact> {
+        let blob = self
+            .git
+            .read_file(&self.repo(), &self.source, &self.artifact_path(file))?;
+        Ok(Artifact {
+            file: file.to_string(),
+            blob_id: blob.as_ref().map(|b| b.id.clone()),
+            bytes: blob.map(|b| b.bytes),
+        })
+    }
+
+    fn exists(&self, file: &str) -> Result<bool> {
+        Ok(self
+            .git
+            .blob_id(&self.repo(), &self.source, &self.artifact_path(file))?
+            .is_some())
+    }
+
+    /// What to record when the task enters `stage`: the verdict artifact's blob id (or
+    /// `absent`), the branch head for `development`, nothing for other stages.
+    pub fn entry_marker(&self, stage: Stage) -> Result<Option<String>> {
+        if let Some(file) = stage.spec().verdict_file {
+            return Ok(Some(
+                self.git
+                    .blob_id(&self.repo(), &self.source, &self.artifact_path(file))?
+                    .unwrap_or_else(|| ABSENT.to_string()),
+            ));
+        }
+        if stage == Stage::Development {
+            return Ok(Some(
+                self.git
+                    .head(&self.repo(), &self.source)?
+                    .unwrap_or_else(|| ABSENT.to_string()),
+            ));
+        }
+        Ok(None)
+    }
+
+    pub fn list_dir(&self, dir: &str) -> Result<Vec<String>> {
+        self.git
+            .list_dir(&self.repo(), &self.source, &self.artifact_path(dir))
+    }
+
+    pub fn head(&self) -> Result<Option<String>> {
+        self.git.head(&self.repo(), &self.source)
+    }
+}
+
+/// Lock, fetch, fast-forward, and pick the source for `task`.
+pub fn open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
+    let git = Git::new(&ctx.config.repos_dir);
+    let r = RepoRef {
+        name: &repo.name,
+        remote: &repo.remote,
+        main: &repo.main,
+    };
+    let lock = git.lock(&repo.name)?;
+    git.ensure_clone(&lock, &r)
+        .with_context(|| format!("cloning repo `{}` from `{}`", repo.name, repo.remote))?;
+    git.fetch(&lock, &r)
+        .with_context(|| format!("fetching repo `{}`", repo.name))?;
+    git.ff_worktree_if_clean(&lock, &r, &task.base_work_item, &task.branch)?;
+    let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
+    Ok(GitView {
+        name: repo.name.clone(),
+        remote: repo.remote.clone(),
+        main: repo.main.clone(),
+        git,
+        source,
+        work_item: task.base_work_item.clone(),
+        _lock: lock,
+    })
+}
+
+/// Like `open`, but never touches the network and never creates a clone: `None` when the repo
+/// has not been cloned yet. For read-only views (`orch task show`).
+pub fn open_local(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
+    let git = Git::new(&ctx.config.repos_dir);
+    if !git.clone_dir(&repo.name).join(".git").exists() {
+        return Ok(None);
+    }
+    let r = RepoRef {
+        name: &repo.name,
+        remote: &repo.remote,
+        main: &repo.main,
+    };
+    let lock = git.lock(&repo.name)?;
+    let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
+    Ok(Some(GitView {
+        name: repo.name.clone(),
+        remote: repo.remote.clone(),
+        main: repo.main.clone(),
+        git,
+        source,
+        work_item: task.base_work_item.clone(),
+        _lock: lock,
+    }))
+}
+
+/// The facts the gate of the task's current stage reads.
+pub fn facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, view: &GitView) -> Result<GateFacts> {
+    let mut f = GateFacts {
+        work_item: task.base_work_item.clone(),
+        entry_marker: task.entry_marker.clone(),
+        ..GateFacts::default()
+    };
+    match task.stage.spec().gate {
+        GateKind::Start | GateKind::Terminal => {}
+        GateKind::AnalysisApproved => {
+            let mut present = std::collections::HashSet::new();
+            for file in crate::domain::stage::ANALYSIS_FILES {
+                if view.exists(file)? {
+                    present.insert(file);
+                }
+            }
+            f.analysis_missing = missing_analysis_files(|file| present.contains(file));
+            f.approved = task.approved_at.is_some() || task.has_label("auto-approve");
+        }
+        GateKind::ArchitectureDone => {
+            let names =
+                view.git
+                    .list_dir(&view.repo(), &view.source, &view.artifact_path(ADR_DIR))?;
+            f.adr_count = names.iter().filter(|n| n.ends_with(".md")).count();
+        }
+        GateKind::CiGreen => match repo.ci.mode {
+            CiMode::None => {
+                f.ci_gate = Some(CiGate::CodeChange);
+                let since = task.entry_marker.as_deref().filter(|m| *m != ABSENT);
+                f.code_change = view.git.has_code_change(
+                    &view.repo(),
+                    &view.source,
+                    &format!("origin/{}", repo.main),
+                    since,
+                    "docs/work-items/",
+                )?;
+            }
+            // `command` results are recorded into `ci_status` by the supervisor, so both modes
+            // read the same table.
+            CiMode::Status | CiMode::Command => {
+                f.ci_gate = Some(CiGate::Status);
+                f.ci_state = match view.head()? {
+                    None => None,
+                    Some(sha) => ci_state(&db::misc::ci_status(ctx.db.conn(), &repo.name, &sha)?),
+                };
+            }
+        },
+        GateKind::ReviewerVerdict
+        | GateKind::TestsPassed
+        | GateKind::StagingStatus
+        | GateKind::DeployStatus => {
+            if let Some(file) = task.stage.spec().verdict_file {
+                f.verdict = Some(view.read(file)?);
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// The combined status of a commit: any failure → failure; all success → success; else pending.
+fn ci_state(rows: &[(String, String, String)]) -> Option<CiState> {
+    if rows.is_empty() {
+        return None;
+    }
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|(_, state, _)| matches!(state.as_str(), "failure" | "error"))
+        .map(|(ctx, state, detail)| format!("{ctx}: {state} {detail}").trim_end().to_string())
+        .collect();
+    if !failed.is_empty() {
+        return Some(CiState::Failure(failed.join("; ")));
+    }
+    if rows.iter().all(|(_, state, _)| state == "success") {
+        Some(CiState::Success)
+    } else {
+        Some(CiState::Pending)
+    }
+}

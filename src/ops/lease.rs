@@ -1,0 +1,194 @@
+//! Transition-lease ownership (SPEC §5.2) as a value: `TransitionLease` is held while a
+//! transition is applied and released when dropped, errors and panics included. Also the
+//! liveness view of every lease for `orch lease list` / `orch lease release`.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use tracing::{info, warn};
+
+use crate::db::{self, Db, leases::LeaseRow};
+use crate::domain::ids::TaskId;
+use crate::domain::liveness::{Liveness, ProcIdentity};
+use crate::domain::stage::Stage;
+use crate::domain::time::{Ts, rfc3339};
+use crate::ext::sys;
+
+/// A held transition lease. Dropping it deletes the row, fenced on this owner's identity, over
+/// its own connection (so the guard does not borrow the command's `Db`).
+pub struct TransitionLease {
+    db_path: PathBuf,
+    task: TaskId,
+    owner: ProcIdentity,
+    released: bool,
+}
+
+/// Why a lease could not be taken.
+#[derive(Debug, Clone)]
+pub struct Busy {
+    pub row: LeaseRow,
+}
+
+impl Busy {
+    pub fn describe(&self) -> String {
+        describe_owner(&self.row)
+    }
+}
+
+pub fn describe_owner(row: &LeaseRow) -> String {
+    format!(
+        "transition lease held by {} pid {} since {}",
+        row.owner_kind,
+        row.owner.pid,
+        rfc3339(row.acquired_at)
+    )
+}
+
+impl TransitionLease {
+    /// Take the task's lease: insert when free, reclaim a dead owner's row on sight, and report
+    /// `Busy` when a live owner holds it.
+    pub fn acquire(
+        db: &Db,
+        db_path: PathBuf,
+        task: TaskId,
+        kind: &str,
+        stage: Stage,
+        now: Ts,
+    ) -> Result<std::result::Result<TransitionLease, Busy>> {
+        let me = sys::self_identity()?;
+        let got = db.write(|tx| {
+            if db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now)? {
+                return Ok(Ok(()));
+            }
+            let Some(row) = db::leases::transition_get(tx, task)? else {
+                // Released between our insert and read: take it now.
+                db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now)?;
+                return Ok(Ok(()));
+            };
+            match sys::is_live(&row.owner) {
+                Liveness::Alive => Ok(Err(Busy { row })),
+                Liveness::Dead(why) => {
+                    info!(
+                        work_item = row.work_item.as_deref().unwrap_or("?"),
+                        "reclaiming transition lease: {}",
+                        why.display(row.owner.pid)
+                    );
+                    db::leases::transition_delete(tx, task)?;
+                    db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now)?;
+                    Ok(Ok(()))
+                }
+            }
+        })?;
+        Ok(got.map(|()| TransitionLease {
+            db_path,
+            task,
+            owner: me,
+            released: false,
+        }))
+    }
+
+    /// Release inside the caller's own transaction (so the release commits with the change).
+    pub fn release_in(&mut self, tx: &rusqlite::Connection) -> Result<()> {
+        db::leases::transition_delete_if_owner(tx, self.task, &self.owner)?;
+        self.released = true;
+        Ok(())
+    }
+}
+
+impl Drop for TransitionLease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let res = Db::open(&self.db_path).and_then(|db| {
+            db.write(|tx| db::leases::transition_delete_if_owner(tx, self.task, &self.owner))
+        });
+        if let Err(e) = res {
+            warn!(
+                "could not release the transition lease of task {}: {e:#}",
+                self.task.0
+            );
+        }
+    }
+}
+
+/// A lease row with its owner's liveness judged now.
+pub struct LeaseView {
+    pub row: LeaseRow,
+    pub liveness: Liveness,
+}
+
+pub fn view(rows: Vec<LeaseRow>) -> Vec<LeaseView> {
+    rows.into_iter()
+        .map(|row| LeaseView {
+            liveness: sys::is_live(&row.owner),
+            row,
+        })
+        .collect()
+}
+
+/// `orch lease release <WI> [--force]` and `--merge <repo>`: refuse a live owner unless forced.
+pub fn release(ctx: &crate::Ctx, target: ReleaseTarget<'_>, force: bool) -> Result<String> {
+    use crate::error::{Code, exit, usage};
+    let c = ctx.db.conn();
+    let (row, what) = match target {
+        ReleaseTarget::Task(wi) => {
+            let r = crate::domain::ids::TaskRef::parse(wi).map_err(usage)?;
+            let task = crate::ops::advance::find_task(ctx, &r)?;
+            (
+                db::leases::transition_get(c, task.id)?,
+                format!("transition lease of `{}`", task.work_item),
+            )
+        }
+        ReleaseTarget::Merge(repo) => {
+            if ctx.config.repo(repo).is_none() {
+                return Err(usage(format!(
+                    "unknown repo `{}`",
+                    crate::domain::ids::printable(repo)
+                )));
+            }
+            (
+                db::leases::merge_get(c, repo)?,
+                format!("merge lease of repo `{repo}`"),
+            )
+        }
+    };
+    let Some(row) = row else {
+        return Ok(format!("{what} is not held; nothing to do"));
+    };
+    let live = sys::is_live(&row.owner);
+    if live == Liveness::Alive && !force {
+        return Err(exit(
+            Code::Busy,
+            format!(
+                "{what} is held by `{}` pid {} since {}, which is alive; if that process is stuck, run again with `--force`",
+                row.owner_kind,
+                row.owner.pid,
+                rfc3339(row.acquired_at)
+            ),
+        ));
+    }
+    ctx.db.write(|tx| match (&target, row.task_id) {
+        (ReleaseTarget::Task(_), Some(t)) => db::leases::transition_delete(tx, t),
+        (ReleaseTarget::Merge(repo), _) => db::leases::merge_delete(tx, repo),
+        (ReleaseTarget::Task(_), None) => Ok(false),
+    })?;
+    Ok(match live {
+        Liveness::Alive => {
+            warn!(
+                work_item = row.work_item.as_deref().unwrap_or("-"),
+                "alert: {what} force-released from live `{}` pid {}", row.owner_kind, row.owner.pid
+            );
+            format!(
+                "force-released the {what} from live `{}` pid {}",
+                row.owner_kind, row.owner.pid
+            )
+        }
+        Liveness::Dead(r) => format!("released the {what}: {}", r.display(row.owner.pid)),
+    })
+}
+
+pub enum ReleaseTarget<'a> {
+    Task(&'a str),
+    Merge(&'a str),
+}

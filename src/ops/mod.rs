@@ -1,0 +1,10 @@
+//! Use-cases shared by commands: each gathers facts, asks `domain` to decide, and applies the
+//! decision through `db` and `ext`. Commands call one use-case; use-cases never print.
+
+pub mod advance;
+pub mod gather;
+pub mod lease;
+pub mod queue;
+pub mod show;
+pub mod task;
+pub mod why;

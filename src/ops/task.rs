@@ -1,0 +1,633 @@
+//! The human gestures on tasks and repos: add (create + start), approve, confirm-deploy,
+//! cancel, pause, resume, freeze, unfreeze (SPEC §3.5–§3.7). Each validates its input first and
+//! changes nothing when it is bad; each state change is one write transaction with its history
+//! row.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tracing::{info, warn};
+
+use crate::Ctx;
+use crate::db::{self, tasks::NewTask};
+use crate::domain::claim::dependency_cycle;
+use crate::domain::ids::{self, JobId, TaskRef, WorkItem, printable};
+use crate::domain::liveness::{Liveness, ProcIdentity};
+use crate::domain::stage::{Role, Stage, Track};
+use crate::error::{Code, exit, usage};
+use crate::ext::{git, sys};
+use crate::ops::advance::{self, Actor, Outcome, enqueue, find_task, record, role_on_entry, write};
+
+pub struct AddRequest<'a> {
+    pub repo: &'a str,
+    pub title: &'a str,
+    pub work_item: Option<&'a str>,
+    pub description_file: Option<&'a Path>,
+    pub bug: bool,
+    pub labels: &'a [String],
+    pub depends_on: &'a [String],
+}
+
+pub struct Added {
+    pub work_item: String,
+    pub branch: String,
+    pub job: JobId,
+}
+
+fn valid_label(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 64
+        && l.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/ ".contains(&b))
+}
+
+/// `orch task add`: create the task at `created` and start it (→ `analysis`, one analyst job).
+pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
+    let repo = ctx.config.repo(req.repo).ok_or_else(|| {
+        let known: Vec<&str> = ctx.config.repos.iter().map(|r| r.name.as_str()).collect();
+        usage(format!(
+            "unknown repo `{}`; configured repos: {}",
+            printable(req.repo),
+            if known.is_empty() {
+                "none (add one to `repos:` in the config)".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
+    })?;
+    let title = req.title.trim();
+    if title.is_empty() || title.chars().any(char::is_control) || title.len() > 500 {
+        return Err(usage(
+            "`--title` must be one non-empty line of at most 500 bytes",
+        ));
+    }
+    let wi = match req.work_item {
+        Some(w) => WorkItem::parse(w).map_err(usage)?,
+        None => {
+            let n = db::tasks::max_number(ctx.db.conn(), &repo.prefix)? + 1;
+            WorkItem::parse(&format!("{}-{n}", repo.prefix)).map_err(usage)?
+        }
+    };
+    let mut labels: Vec<String> = repo.default_labels.clone();
+    for l in req.labels {
+        if !valid_label(l) {
+            return Err(usage(format!(
+                "invalid label `{}`: use letters, digits and `-_.:/`",
+                printable(l)
+            )));
+        }
+        if !labels.contains(l) {
+            labels.push(l.clone());
+        }
+    }
+    let description = match req.description_file {
+        None => String::new(),
+        Some(p) => {
+            let bytes = std::fs::read(p)
+                .map_err(|e| usage(format!("cannot read `{}`: {e}", p.display())))?;
+            if bytes.len() > 1 << 20 {
+                return Err(usage(format!("`{}` is larger than 1 MiB", p.display())));
+            }
+            String::from_utf8(bytes)
+                .map_err(|_| usage(format!("`{}` is not UTF-8 text", p.display())))?
+        }
+    };
+    let mut deps = Vec::new();
+    for d in req.depends_on {
+        let r = TaskRef::parse(d).map_err(usage)?;
+        deps.push(find_task(ctx, &r)?);
+    }
+    let branch = ids::branch_name(&wi, title);
+    if !git::valid_branch_name(&branch) {
+        return Err(usage(format!(
+            "cannot make a branch name from `{}`",
+            printable(title)
+        )));
+    }
+    let track = if req.bug || labels.iter().any(|l| l == "bug") {
+        Track::Bug
+    } else {
+        Track::Feature
+    };
+
+    write(ctx, |ctx, tx| {
+        if db::tasks::work_item_taken(tx, wi.as_str())? {
+            let existing = db::tasks::find(tx, &TaskRef::WorkItem(wi.clone()))?;
+            let stage = existing.map(|t| t.stage.to_string()).unwrap_or_default();
+            return Err(usage(format!(
+                "work item `{wi}` already exists (stage `{stage}`); `orch task show {wi}` shows it"
+            )));
+        }
+        let id = db::tasks::insert(
+            tx,
+            &NewTask {
+                work_item: wi.as_str(),
+                repo: &repo.name,
+                title,
+                description: &description,
+                track,
+                branch: &branch,
+                labels: &labels,
+            },
+            ctx.now,
+        )?;
+        let edges = db::misc::all_deps(tx)?;
+        for dep in &deps {
+            if let Some(cycle) = dependency_cycle(&edges, id.0, dep.id.0) {
+                let names = db::tasks::stages_of(tx, &cycle)?;
+                let path: Vec<String> = cycle
+                    .iter()
+                    .map(|c| {
+                        names
+                            .iter()
+                            .find(|(i, _, _)| i == c)
+                            .map(|(_, w, _)| w.clone())
+                            .unwrap_or_else(|| wi.to_string())
+                    })
+                    .collect();
+                return Err(usage(format!(
+                    "dependency cycle refused: {}",
+                    path.join(" → ")
+                )));
+            }
+            db::misc::add_dep(tx, id, dep.id)?;
+        }
+        let task = db::tasks::get(tx, id)?;
+        if !db::tasks::cas_stage(tx, id, Stage::Created, Stage::Analysis, None, ctx.now)? {
+            anyhow::bail!("task `{wi}` moved while it was being created");
+        }
+        record(
+            ctx,
+            tx,
+            &task,
+            Stage::Created,
+            Stage::Analysis,
+            Actor::Operator,
+            "advanced",
+            "pipeline started",
+        )?;
+        let job = enqueue(ctx, tx, &task, Role::Analyst, Stage::Analysis, None)?;
+        Ok(Added {
+            work_item: wi.to_string(),
+            branch: branch.clone(),
+            job,
+        })
+    })
+}
+
+/// The result of a human gesture: what happened and the exit code it maps to.
+pub struct Gesture {
+    pub work_item: String,
+    pub code: Code,
+    pub message: String,
+    pub advance: Option<advance::Report>,
+}
+
+fn parse_ref(s: &str) -> Result<TaskRef> {
+    TaskRef::parse(s).map_err(usage)
+}
+
+/// `orch approve`: record the approval, then advance if the analysis files exist.
+pub fn approve(ctx: &Ctx, wi: &str) -> Result<Gesture> {
+    let r = parse_ref(wi)?;
+    let task = find_task(ctx, &r)?;
+    if task.stage != Stage::Analysis {
+        return Err(usage(format!(
+            "cannot approve `{}`: it is in `{}`, not `analysis`",
+            task.work_item, task.stage
+        )));
+    }
+    write(ctx, |ctx, tx| {
+        db::tasks::set_approved(tx, task.id, ctx.now)?;
+        record(
+            ctx,
+            tx,
+            &task,
+            task.stage,
+            task.stage,
+            Actor::Operator,
+            "approved",
+            "analysis approved",
+        )
+    })?;
+    let rep = advance::advance(
+        ctx,
+        &advance::Request {
+            task: r,
+            expect_stage: Some(Stage::Analysis),
+            as_role: None,
+            to: None,
+            dry_run: false,
+            actor: Actor::Operator,
+        },
+    )?;
+    let (code, message) = match rep.outcome {
+        Outcome::Advanced => (
+            Code::Ok,
+            format!("approved `{}`: {}", task.work_item, rep.reason),
+        ),
+        Outcome::NotSatisfied => (
+            Code::No,
+            format!("approval of `{}` recorded; {}", task.work_item, rep.reason),
+        ),
+        other => (
+            other.code(),
+            format!("approval of `{}` recorded; {}", task.work_item, rep.reason),
+        ),
+    };
+    Ok(Gesture {
+        work_item: task.work_item.clone(),
+        code,
+        message,
+        advance: Some(rep),
+    })
+}
+
+/// `orch confirm-deploy`: the only trigger of a production deploy when `require_confirm`.
+pub fn confirm_deploy(ctx: &Ctx, wi: &str) -> Result<Gesture> {
+    let task = find_task(ctx, &parse_ref(wi)?)?;
+    if task.stage != Stage::Deploy {
+        return Err(usage(format!(
+            "cannot confirm the deploy of `{}`: it is in `{}`, not `deploy`",
+            task.work_item, task.stage
+        )));
+    }
+    let repo = advance::repo_of(ctx, &task)?;
+    let mut confirmed = task.clone();
+    confirmed.deploy_confirmed_at = Some(ctx.now);
+    let role = role_on_entry(Stage::Deploy, repo, &confirmed);
+    let live = db::jobs::of_task(ctx.db.conn(), task.id)?
+        .into_iter()
+        .any(|j| {
+            j.stage == Stage::Deploy
+                && matches!(
+                    j.status,
+                    crate::domain::stage::JobStatus::Queued
+                        | crate::domain::stage::JobStatus::Running
+                )
+        });
+    let job = write(ctx, |ctx, tx| {
+        db::tasks::set_deploy_confirmed(tx, task.id, ctx.now)?;
+        record(
+            ctx,
+            tx,
+            &task,
+            task.stage,
+            task.stage,
+            Actor::Operator,
+            "approved",
+            "deploy confirmed",
+        )?;
+        match (role, live) {
+            (Some(r), false) => Ok(Some(enqueue(ctx, tx, &task, r, Stage::Deploy, None)?)),
+            _ => Ok(None),
+        }
+    })?;
+    let (code, message) = match (job, live) {
+        (Some(j), _) => (
+            Code::Ok,
+            format!(
+                "deploy of `{}` confirmed; deployer job {} queued",
+                task.work_item, j.0
+            ),
+        ),
+        (None, true) => (
+            Code::Ok,
+            format!(
+                "deploy of `{}` confirmed; its deployer job is already queued",
+                task.work_item
+            ),
+        ),
+        (None, false) => (
+            Code::No,
+            format!(
+                "deploy of `{}` confirmed, but repo `{}` has no deploy contract to run",
+                task.work_item, task.repo
+            ),
+        ),
+    };
+    Ok(Gesture {
+        work_item: task.work_item.clone(),
+        code,
+        message,
+        advance: None,
+    })
+}
+
+/// `orch cancel` (STOP), SPEC §3.6.
+pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>) -> Result<Gesture> {
+    let task = find_task(ctx, &parse_ref(wi)?)?;
+    if task.stage.is_terminal() {
+        return Err(usage(format!(
+            "cannot cancel `{}`: it is already `{}`",
+            task.work_item, task.stage
+        )));
+    }
+    let why = reason.unwrap_or("cancelled by operator");
+    // Inside an irreversible step with a live owner: record the request, apply it later.
+    if matches!(task.stage, Stage::DeployStaging | Stage::Deploy)
+        && let Some(l) = db::leases::transition_get(ctx.db.conn(), task.id)?
+        && sys::is_live(&l.owner) == Liveness::Alive
+    {
+        write(ctx, |ctx, tx| {
+            db::tasks::set_cancel_requested(tx, task.id, ctx.now)?;
+            record(
+                ctx,
+                tx,
+                &task,
+                task.stage,
+                task.stage,
+                Actor::Operator,
+                "deferred",
+                &format!(
+                    "cancel requested while {}",
+                    crate::ops::lease::describe_owner(&l)
+                ),
+            )
+        })?;
+        return Ok(Gesture {
+            work_item: task.work_item.clone(),
+            code: Code::Busy,
+            message: format!(
+                "cancel of `{}` recorded; it applies when the {} step under way finishes ({})",
+                task.work_item,
+                task.stage,
+                crate::ops::lease::describe_owner(&l)
+            ),
+            advance: None,
+        });
+    }
+    let running = write(ctx, |ctx, tx| {
+        let running = db::jobs::cancel_live(tx, task.id, "cancelled", ctx.now)?;
+        db::leases::release_all_of_task(tx, task.id)?;
+        if !db::tasks::cancel(tx, task.id, &task.work_item, task.stage, ctx.now)? {
+            return Err(exit(
+                Code::Busy,
+                format!(
+                    "`{}` moved while being cancelled; run `orch cancel {}` again",
+                    task.work_item, task.base_work_item
+                ),
+            ));
+        }
+        record(
+            ctx,
+            tx,
+            &task,
+            task.stage,
+            Stage::Cancelled,
+            Actor::Operator,
+            "cancelled",
+            why,
+        )?;
+        Ok(running)
+    })?;
+    // The jobs are already `cancelled`, so a supervisor that outlives the kill cannot apply its
+    // outcome (its completion is fenced on `status = 'running'`).
+    for j in &running {
+        let boot = j.supervisor_boot.clone().unwrap_or_default();
+        for (pid, start) in [
+            (j.agent_pgid, j.agent_start),
+            (j.supervisor_pid, j.supervisor_start),
+        ] {
+            if let (Some(pid), Some(start)) = (pid, start) {
+                let who = ProcIdentity {
+                    pid: pid as i32,
+                    start_time: start as u64,
+                    boot_id: boot.clone(),
+                };
+                match sys::terminate_group(&who, Duration::from_secs(5)) {
+                    Ok(true) => info!(work_item = %task.work_item, "stopped process group {pid}"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(work_item = %task.work_item, "could not stop process group {pid}: {e:#}")
+                    }
+                }
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    if let Some(repo) = ctx.config.repo(&task.repo)
+        && let Err(e) = remove_worktree(ctx, repo, &task.base_work_item)
+    {
+        warn!(work_item = %task.work_item, "could not remove the worktree: {e:#}");
+        notes.push(format!("worktree not removed: {e:#}"));
+    }
+    let tomb = ids::tombstone(&task.work_item, task.id);
+    Ok(Gesture {
+        work_item: tomb.clone(),
+        code: Code::Ok,
+        message: format!(
+            "cancelled `{}` (now `{tomb}`); stopped {} running job(s); artifacts stay on branch `{}`{}",
+            task.work_item,
+            running.len(),
+            task.branch,
+            if notes.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", notes.join("; "))
+            }
+        ),
+        advance: None,
+    })
+}
+
+fn remove_worktree(ctx: &Ctx, repo: &crate::config::RepoCfg, wi: &str) -> Result<()> {
+    let g = git::Git::new(&ctx.config.repos_dir);
+    if !g.worktree_dir(&repo.name, wi).exists() {
+        return Ok(());
+    }
+    let r = git::RepoRef {
+        name: &repo.name,
+        remote: &repo.remote,
+        main: &repo.main,
+    };
+    let lock = g.lock(&repo.name)?;
+    g.worktree_remove(&lock, &r, wi)
+        .with_context(|| format!("removing the worktree of `{wi}`"))
+}
+
+/// `orch pause` (or a `--before STAGE` breakpoint).
+pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<Gesture> {
+    let task = find_task(ctx, &parse_ref(wi)?)?;
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(usage("`--reason` must not be empty"));
+    }
+    if task.stage.is_terminal() {
+        return Err(usage(format!(
+            "cannot pause `{}`: it is already `{}`",
+            task.work_item, task.stage
+        )));
+    }
+    let by = operator_name();
+    if let Some(b) = before {
+        let stage: Stage = b
+            .parse()
+            .map_err(|e: crate::domain::stage::UnknownName| usage(e.to_string()))?;
+        if matches!(stage, Stage::Created | Stage::Analysis | Stage::Cancelled)
+            || stage <= task.stage
+        {
+            return Err(usage(format!(
+                "cannot set a breakpoint before `{stage}`: `{}` is in `{}` and would never enter it next",
+                task.work_item, task.stage
+            )));
+        }
+        let text = format!("breakpoint before `{stage}`: {reason}");
+        write(ctx, |ctx, tx| {
+            db::tasks::set_pause_before(tx, task.id, Some(stage), ctx.now)?;
+            record(
+                ctx,
+                tx,
+                &task,
+                task.stage,
+                task.stage,
+                Actor::Operator,
+                "paused",
+                &text,
+            )
+        })?;
+        return Ok(Gesture {
+            work_item: task.work_item.clone(),
+            code: Code::Ok,
+            message: format!("`{}` will pause before entering `{stage}`", task.work_item),
+            advance: None,
+        });
+    }
+    if let Some(at) = task.paused_at {
+        return Ok(Gesture {
+            work_item: task.work_item.clone(),
+            code: Code::Ok,
+            message: format!(
+                "`{}` is already paused since {} ({}); nothing to do",
+                task.work_item,
+                crate::domain::time::rfc3339(at),
+                task.paused_reason.as_deref().unwrap_or("")
+            ),
+            advance: None,
+        });
+    }
+    write(ctx, |ctx, tx| {
+        db::tasks::set_paused(tx, task.id, Some((reason, &by)), ctx.now)?;
+        record(
+            ctx,
+            tx,
+            &task,
+            task.stage,
+            task.stage,
+            Actor::Operator,
+            "paused",
+            reason,
+        )
+    })?;
+    Ok(Gesture {
+        work_item: task.work_item.clone(),
+        code: Code::Ok,
+        message: format!("paused `{}` in `{}`: {reason}", task.work_item, task.stage),
+        advance: None,
+    })
+}
+
+fn operator_name() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| {
+            !u.is_empty()
+                && u.len() <= 32
+                && u.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+        .unwrap_or_else(|| "operator".to_string())
+}
+
+/// `orch resume`: clears a pause and a hold.
+pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
+    let task = find_task(ctx, &parse_ref(wi)?)?;
+    if task.stage.is_terminal() {
+        return Err(usage(format!(
+            "cannot resume `{}`: it is already `{}`",
+            task.work_item, task.stage
+        )));
+    }
+    if task.paused_at.is_none() && task.held_at.is_none() {
+        return Ok(Gesture {
+            work_item: task.work_item.clone(),
+            code: Code::Ok,
+            message: format!("`{}` is not paused; nothing to do", task.work_item),
+            advance: None,
+        });
+    }
+    write(ctx, |ctx, tx| {
+        db::tasks::set_paused(tx, task.id, None, ctx.now)?;
+        db::tasks::set_held(tx, task.id, None, ctx.now)?;
+        record(
+            ctx,
+            tx,
+            &task,
+            task.stage,
+            task.stage,
+            Actor::Operator,
+            "resumed",
+            "resumed by operator",
+        )
+    })?;
+    Ok(Gesture {
+        work_item: task.work_item.clone(),
+        code: Code::Ok,
+        message: format!("resumed `{}` in `{}`", task.work_item, task.stage),
+        advance: None,
+    })
+}
+
+fn known_repo<'a>(ctx: &'a Ctx, repo: &str) -> Result<&'a crate::config::RepoCfg> {
+    if !ids::valid_repo_name(repo) {
+        return Err(usage(format!("invalid repo name `{}`", printable(repo))));
+    }
+    ctx.config
+        .repo(repo)
+        .ok_or_else(|| usage(format!("unknown repo `{repo}`; it is not in the config")))
+}
+
+/// `orch freeze`: no new task of the repo starts analysis. Journaled in `lessons`.
+pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
+    let repo = known_repo(ctx, repo)?;
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(usage("`--reason` must not be empty"));
+    }
+    let by = operator_name();
+    let done = write(ctx, |ctx, tx| {
+        let inserted = db::misc::freeze(tx, &repo.name, reason, &by, ctx.now)?;
+        if inserted {
+            db::misc::journal(
+                tx,
+                None,
+                "frozen",
+                &format!("{}: {reason} (by {by})", repo.name),
+                ctx.now,
+            )?;
+        }
+        Ok(inserted)
+    })?;
+    Ok(if done {
+        format!("froze repo `{}`: {reason}", repo.name)
+    } else {
+        format!("repo `{}` is already frozen; nothing to do", repo.name)
+    })
+}
+
+pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<String> {
+    let repo = known_repo(ctx, repo)?;
+    let done = write(ctx, |ctx, tx| {
+        let removed = db::misc::unfreeze(tx, &repo.name)?;
+        if removed {
+            db::misc::journal(tx, None, "unfrozen", &repo.name, ctx.now)?;
+        }
+        Ok(removed)
+    })?;
+    Ok(if done {
+        format!("unfroze repo `{}`", repo.name)
+    } else {
+        format!("repo `{}` is not frozen; nothing to do", repo.name)
+    })
+}

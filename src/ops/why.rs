@@ -1,0 +1,168 @@
+//! `orch why <WI>`: one paragraph saying where a task is and exactly what it waits for. Uses the
+//! claim's own eligibility function for queued jobs and a dry gate evaluation when nothing is
+//! queued, so the answer is what the scheduler and `orch advance` would actually do.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::Ctx;
+use crate::domain::gate::{self, GateResult};
+use crate::domain::ids::TaskRef;
+use crate::domain::stage::{JobStatus, Stage};
+use crate::domain::time::{human_duration, rfc3339};
+use crate::error::usage;
+use crate::ops::advance::{find_task, repo_of};
+use crate::ops::gather;
+use crate::ops::queue::World;
+
+#[derive(Debug, Serialize)]
+pub struct Why {
+    pub schema_version: u32,
+    pub work_item: String,
+    pub stage: String,
+    /// One keyword: `running`, `queued`, `claimable`, `gate`, `confirm`, `paused`, `blocked`,
+    /// `held`, `done`, `cancelled`, plus the claim reasons of SPEC §4.2.
+    pub waits_for: String,
+    pub paragraph: String,
+}
+
+pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
+    let r = TaskRef::parse(wi).map_err(usage)?;
+    let task = find_task(ctx, &r)?;
+    let age = human_duration(ctx.now - task.stage_entered_at);
+    let mut parts = vec![format!(
+        "{} ({}, repo {}) is in `{}` since {} ({age}); developer retries {}/{}.",
+        task.work_item,
+        task.title,
+        task.repo,
+        task.stage,
+        rfc3339(task.stage_entered_at),
+        task.dev_retries,
+        ctx.config.max_developer_retries
+    )];
+    let mut key = String::new();
+    let mut set = |k: &str| {
+        if key.is_empty() {
+            key = k.to_string();
+        }
+    };
+    if task.stage.is_terminal() {
+        set(task.stage.as_str());
+        parts.push(format!("It is finished ({}); nothing waits.", task.stage));
+    }
+    if let Some(at) = task.paused_at {
+        set("paused");
+        parts.push(format!(
+            "Paused since {} by {}: {}; `orch resume {}` continues it.",
+            rfc3339(at),
+            task.paused_by.as_deref().unwrap_or("operator"),
+            task.paused_reason.as_deref().unwrap_or(""),
+            task.work_item
+        ));
+    }
+    if let Some(bp) = task.pause_before {
+        parts.push(format!("A breakpoint pauses it before it enters `{bp}`."));
+    }
+    if let Some(at) = task.blocked_at {
+        set("blocked");
+        parts.push(format!(
+            "Blocked since {}: {}; after fixing the cause run `orch advance {} --to development --reason …` or `orch cancel {}`.",
+            rfc3339(at),
+            task.blocked_reason.as_deref().unwrap_or(""),
+            task.work_item,
+            task.work_item
+        ));
+    }
+    if let Some(at) = task.held_at {
+        set("held");
+        parts.push(format!(
+            "Held since {}: {}; a human must fix the environment, then re-run or `orch resume {}`.",
+            rfc3339(at),
+            task.held_reason.as_deref().unwrap_or(""),
+            task.work_item
+        ));
+    }
+    if task.cancel_requested_at.is_some() {
+        parts.push("A cancel was requested and applies when the step under way finishes.".into());
+    }
+
+    let world = World::gather(ctx)?;
+    let live: Vec<_> = world.jobs.iter().filter(|j| j.task_id == task.id).collect();
+    for j in &live {
+        match j.status {
+            JobStatus::Running => {
+                set("running");
+                parts.push(format!(
+                    "Job {} ({}) is running since {} (supervisor pid {}, attempt {}/{}).",
+                    j.id.0,
+                    j.role,
+                    j.started_at.map(rfc3339).unwrap_or_else(|| "?".into()),
+                    j.supervisor_pid
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "?".into()),
+                    j.attempts,
+                    j.max_attempts
+                ));
+            }
+            JobStatus::Queued => match world.wait(j) {
+                Some(w) => {
+                    set(w.reason.as_str());
+                    parts.push(format!(
+                        "Job {} ({}) is queued and waits: {} — {}.",
+                        j.id.0,
+                        j.role,
+                        w.reason.as_str(),
+                        w.detail
+                    ));
+                }
+                None => {
+                    set("claimable");
+                    parts.push(format!(
+                        "Job {} ({}) is queued and claimable: the next `orch tick` starts it.",
+                        j.id.0, j.role
+                    ));
+                }
+            },
+            JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {}
+        }
+    }
+    if live.is_empty() && !task.stage.is_terminal() {
+        let repo = repo_of(ctx, &task)?;
+        if task.stage == Stage::Deploy
+            && crate::ops::advance::role_on_entry(Stage::Deploy, repo, &task).is_none()
+            && repo.deploy_mode() != crate::config::DeployMode::None
+        {
+            set("confirm");
+            parts.push(format!(
+                "It waits for the deploy confirmation: `orch confirm-deploy {}`.",
+                task.work_item
+            ));
+        } else {
+            set("gate");
+            let gate = gather::open(ctx, &task, repo)
+                .and_then(|view| gather::facts(ctx, &task, repo, &view))
+                .map(|f| gate::evaluate(task.stage, &f));
+            parts.push(match gate {
+                Ok(GateResult::Pass(r)) => format!(
+                    "No job is queued; its exit gate is green ({r}): `orch advance {}` (or the reconciler) moves it on.",
+                    task.work_item
+                ),
+                Ok(GateResult::NotSatisfied(r)) => {
+                    format!("No job is queued; its exit gate is not satisfied: {r}.")
+                }
+                Ok(GateResult::Fail { reason, .. }) => format!(
+                    "No job is queued; its exit gate failed ({reason}): `orch advance {}` rolls it back.",
+                    task.work_item
+                ),
+                Err(e) => format!("No job is queued; its gate could not be read: {e:#}."),
+            });
+        }
+    }
+    Ok(Why {
+        schema_version: 1,
+        work_item: task.work_item.clone(),
+        stage: task.stage.to_string(),
+        waits_for: key,
+        paragraph: parts.join(" "),
+    })
+}
