@@ -63,7 +63,7 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_live ON jobs(status, id) WHERE status IN ('queued', 'running');
 CREATE INDEX jobs_task ON jobs(task_id, id);
-CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_finished ON jobs(finished_at, status) WHERE finished_at IS NOT NULL;
 
 CREATE TABLE job_deps (
     task_id    INTEGER NOT NULL REFERENCES tasks(id),

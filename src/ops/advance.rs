@@ -253,9 +253,16 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
         }
         return Ok(report(Outcome::StageCasLost, task.stage, reason));
     }
-    if task.stage.is_terminal() && req.to.is_none() {
+    if task.stage.is_terminal() {
+        let fix = match req.to {
+            Some(_) => format!(
+                "; start it again with `orch task add --work-item {}`",
+                task.base_work_item
+            ),
+            None => String::new(),
+        };
         return Err(usage(format!(
-            "cannot advance `{}`: it is already `{}`",
+            "cannot advance `{}`: it is already `{}`{fix}",
             task.work_item, task.stage
         )));
     }
