@@ -143,6 +143,15 @@ pub fn merge_delete(c: &Connection, repo: &str) -> Result<bool> {
     Ok(c.execute("DELETE FROM merge_lease WHERE repo = ?", [repo])? == 1)
 }
 
+/// Delete the merge lease only if it is still held by exactly this owner.
+pub fn merge_delete_if_owner(c: &Connection, repo: &str, owner: &ProcIdentity) -> Result<bool> {
+    let n = c.execute(
+        "DELETE FROM merge_lease WHERE repo = ?1 AND pid = ?2 AND start_time = ?3 AND boot_id = ?4",
+        params![repo, owner.pid, owner.start_time as i64, owner.boot_id],
+    )?;
+    Ok(n == 1)
+}
+
 /// Release every lease a task holds (cancel).
 pub fn release_all_of_task(c: &Connection, task: TaskId) -> Result<()> {
     c.execute("DELETE FROM transition_lease WHERE task_id = ?", [task.0])?;

@@ -49,7 +49,8 @@ pub struct TaskFacts<'a> {
     pub work_item: &'a str,
     pub repo: &'a str,
     pub stage: Stage,
-    pub paused: Option<(Ts, &'a str)>,
+    /// (since, reason, by)
+    pub paused: Option<(Ts, &'a str, &'a str)>,
     pub blocked: Option<&'a str>,
     pub held: Option<&'a str>,
 }
@@ -102,13 +103,14 @@ pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
             ),
         );
     }
-    if let Some((since, reason)) = t.paused {
+    if let Some((since, reason, by)) = t.paused {
         return w(
             WaitReason::Paused,
             format!(
-                "{} paused since {}: {}",
+                "{} paused since {} by {}: {}",
                 t.work_item,
                 rfc3339(since),
+                by,
                 reason
             ),
         );
@@ -244,7 +246,7 @@ mod tests {
         // Every reason holds at once; remove them one by one from the front.
         let mut j = base();
         j.available_at = 2000;
-        j.task.paused = Some((10, "lunch"));
+        j.task.paused = Some((10, "lunch", "ops"));
         j.task.blocked = Some("retries exhausted");
         j.task.held = Some("env");
         j.open_deps = vec![OtherTask {

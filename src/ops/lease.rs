@@ -168,11 +168,18 @@ pub fn release(ctx: &crate::Ctx, target: ReleaseTarget<'_>, force: bool) -> Resu
             ),
         ));
     }
-    ctx.db.write(|tx| match (&target, row.task_id) {
-        (ReleaseTarget::Task(_), Some(t)) => db::leases::transition_delete(tx, t),
-        (ReleaseTarget::Merge(repo), _) => db::leases::merge_delete(tx, repo),
+    // Delete only the row we judged: a lease that changed hands meanwhile is not ours to drop.
+    let deleted = ctx.db.write(|tx| match (&target, row.task_id) {
+        (ReleaseTarget::Task(_), Some(t)) => db::leases::transition_delete_if_owner(tx, t, &row.owner),
+        (ReleaseTarget::Merge(repo), _) => db::leases::merge_delete_if_owner(tx, repo, &row.owner),
         (ReleaseTarget::Task(_), None) => Ok(false),
     })?;
+    if !deleted {
+        return Err(exit(
+            Code::Busy,
+            format!("{what} changed hands while it was being released; run the command again"),
+        ));
+    }
     Ok(match live {
         Liveness::Alive => {
             warn!(

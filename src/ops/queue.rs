@@ -141,11 +141,17 @@ pub struct World {
     pub breaker: Option<(Ts, String)>,
     pub deps: HashMap<i64, Vec<(String, Stage)>>,
     pub serial: HashMap<String, bool>,
+    /// Jobs claimed during this pass (they count as running for the concurrency rule).
+    pub claimed: u32,
 }
 
 impl World {
     pub fn gather(ctx: &Ctx) -> Result<World> {
-        let c = ctx.db.conn();
+        Self::gather_in(ctx.db.conn(), &ctx.config, ctx.now)
+    }
+
+    /// Gather over any connection (the claim gathers inside its own write transaction).
+    pub fn gather_in(c: &rusqlite::Connection, config: &crate::config::Config, now: Ts) -> Result<World> {
         let active = db::tasks::active(c)?;
         let by_id: HashMap<i64, usize> = active
             .iter()
@@ -170,21 +176,21 @@ impl World {
             }
         }
         Ok(World {
-            now: ctx.now,
-            max_concurrency: ctx.config.max_concurrency,
+            now,
+            max_concurrency: config.max_concurrency,
             by_id,
             jobs,
             others,
             freezes: db::misc::freezes(c)?,
             breaker: db::misc::breaker(c)?,
             deps,
-            serial: ctx
-                .config
+            serial: config
                 .repos
                 .iter()
                 .map(|r| (r.name.clone(), r.serial_gate))
                 .collect(),
             active,
+            claimed: 0,
         })
     }
 
@@ -213,7 +219,7 @@ impl World {
     fn global(&self) -> Global<'_> {
         Global {
             now: self.now,
-            running: self.running(),
+            running: self.running() + self.claimed,
             max_concurrency: self.max_concurrency,
             breaker: self.breaker.as_ref().map(|(t, r)| (*t, r.as_str())),
         }
@@ -231,9 +237,13 @@ impl World {
                 work_item: &t.work_item,
                 repo: &t.repo,
                 stage: t.stage,
-                paused: t
-                    .paused_at
-                    .map(|at| (at, t.paused_reason.as_deref().unwrap_or(""))),
+                paused: t.paused_at.map(|at| {
+                    (
+                        at,
+                        t.paused_reason.as_deref().unwrap_or(""),
+                        t.paused_by.as_deref().unwrap_or("operator"),
+                    )
+                }),
                 blocked: t
                     .blocked_at
                     .map(|_| t.blocked_reason.as_deref().unwrap_or("")),
