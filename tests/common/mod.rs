@@ -23,14 +23,22 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
     }
 }
 
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -78,7 +86,11 @@ impl World {
             .arg(&scratch)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::fs::write(scratch.join("README.md"), "shop\n").unwrap();
         std::fs::create_dir_all(scratch.join("src")).unwrap();
         std::fs::write(scratch.join("src/lib.txt"), "v1\n").unwrap();
@@ -165,7 +177,12 @@ impl World {
         let remote_has = Command::new("git")
             .arg("-C")
             .arg(&self.scratch)
-            .args(["rev-parse", "--verify", "-q", &format!("refs/remotes/origin/{branch}")])
+            .args([
+                "rev-parse",
+                "--verify",
+                "-q",
+                &format!("refs/remotes/origin/{branch}"),
+            ])
             .output()
             .unwrap()
             .status
@@ -183,7 +200,10 @@ impl World {
         }
         git(&self.scratch, &["add", "-A"]);
         git(&self.scratch, &["commit", "-qm", &format!("{wi}: update")]);
-        git(&self.scratch, &["push", "-q", "origin", &format!("HEAD:refs/heads/{branch}")]);
+        git(
+            &self.scratch,
+            &["push", "-q", "origin", &format!("HEAD:refs/heads/{branch}")],
+        );
     }
 
     /// Push the four analysis files.
@@ -192,36 +212,67 @@ impl World {
         self.push_files(
             wi,
             &[
-                (&format!("{d}/01-brd.md"), "---\nstage: analysis\n---\n# BRD\n"),
-                (&format!("{d}/02-trz.md"), "---\nstage: analysis\n---\n# TRZ\n"),
-                (&format!("{d}/03-acceptance-criteria.md"), "---\nstage: analysis\n---\n# AC\n"),
+                (
+                    &format!("{d}/01-brd.md"),
+                    "---\nstage: analysis\n---\n# BRD\n",
+                ),
+                (
+                    &format!("{d}/02-trz.md"),
+                    "---\nstage: analysis\n---\n# TRZ\n",
+                ),
+                (
+                    &format!("{d}/03-acceptance-criteria.md"),
+                    "---\nstage: analysis\n---\n# AC\n",
+                ),
                 (&format!("{d}/04-test-plan.yaml"), "cases: []\n"),
             ],
         );
     }
 
     pub fn push_adr(&self, wi: &str) {
-        self.push_files(wi, &[(&format!("docs/work-items/{wi}/06-adr/0001-design.md"), "# ADR 1\n")]);
+        self.push_files(
+            wi,
+            &[(
+                &format!("docs/work-items/{wi}/06-adr/0001-design.md"),
+                "# ADR 1\n",
+            )],
+        );
     }
 
     /// A code change outside docs/work-items (with a unique line so every call makes a commit).
     pub fn push_code(&self, wi: &str, marker: &str) {
-        self.push_files(wi, &[(&format!("src/{}.txt", wi.to_lowercase()), &format!("{marker}\n"))]);
+        self.push_files(
+            wi,
+            &[(
+                &format!("src/{}.txt", wi.to_lowercase()),
+                &format!("{marker}\n"),
+            )],
+        );
     }
 
     pub fn push_review(&self, wi: &str, verdict: &str, findings: &str, run: u32) {
         let body = format!(
             "---\nverdict: {verdict}\nwork_item: {wi}\nstage: review\nrun_id: {run}\n---\n# Review\n\n## Findings\n{findings}\n"
         );
-        self.push_files(wi, &[(&format!("docs/work-items/{wi}/12-review.md"), &body)]);
+        self.push_files(
+            wi,
+            &[(&format!("docs/work-items/{wi}/12-review.md"), &body)],
+        );
     }
 
     pub fn push_test_report(&self, wi: &str, result: &str, output: &str, run: u32) {
-        let status = if result == "PASS" { "success" } else { "failed" };
+        let status = if result == "PASS" {
+            "success"
+        } else {
+            "failed"
+        };
         let body = format!(
             "---\nresult: {result}\nstatus: {status}\nwork_item: {wi}\nrun_id: {run}\n---\n# Test report\n\n## Test output\n{output}\n\n## Conclusion\ndone\n"
         );
-        self.push_files(wi, &[(&format!("docs/work-items/{wi}/13-test-report.md"), &body)]);
+        self.push_files(
+            wi,
+            &[(&format!("docs/work-items/{wi}/13-test-report.md"), &body)],
+        );
     }
 
     pub fn stage(&self, wi: &str) -> String {
