@@ -1,6 +1,7 @@
 //! The doors to the outside world: processes (`proc`, the only spawner), git over per-repo
 //! clones (`git`), file locks (`lock`) and `/proc` facts and signals (`sys`).
 
+pub mod env;
 pub mod git;
 pub mod lock;
 pub mod proc;
