@@ -384,14 +384,17 @@ fn finish(
             .map(PathBuf::from)
     };
 
+    // Paths from the command line or the environment are relative to the current directory;
+    // paths in the file are relative to the file.
+    let cwd_abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
     let state_dir = state_dir_flag
         .or_else(|| env_path("ORCH_STATE_DIR"))
-        .or(raw.state_dir)
-        .map(resolve)
+        .map(cwd_abs)
+        .or_else(|| raw.state_dir.map(resolve))
         .unwrap_or_else(|| PathBuf::from("/var/lib/orch"));
     let repos_dir = env_path("ORCH_REPOS_DIR")
-        .or(raw.repos_dir)
-        .map(resolve)
+        .map(cwd_abs)
+        .or_else(|| raw.repos_dir.map(resolve))
         .unwrap_or_else(|| state_dir.join("repos"));
     let max_concurrency = env_override("ORCH_MAX_CONCURRENCY")?
         .or(raw.max_concurrency)
@@ -404,6 +407,15 @@ fn finish(
         agent.prompts_dir = Some(resolve(p));
     }
 
+    // A remote that is a local path is made absolute too, so clones and worktrees (whose cwd
+    // differs) reach it; URLs (`scheme://…`, `user@host:path`) are left alone.
+    let mut repos = raw.repos;
+    for r in &mut repos {
+        if is_local_path(&r.remote) && !Path::new(&r.remote).is_absolute() {
+            r.remote = resolve(PathBuf::from(&r.remote)).display().to_string();
+        }
+    }
+
     let cfg = Config {
         file,
         state_dir,
@@ -411,7 +423,7 @@ fn finish(
         max_concurrency,
         max_developer_retries,
         agent,
-        repos: raw.repos,
+        repos,
         tracker: raw.tracker,
         forge: raw.forge,
         chat: raw.chat,
@@ -420,6 +432,19 @@ fn finish(
     };
     validate(&cfg)?;
     Ok(cfg)
+}
+
+/// A git remote that names a local path rather than a URL.
+fn is_local_path(remote: &str) -> bool {
+    if remote.contains("://") {
+        return false;
+    }
+    // scp-like `host:path` has a colon before any slash.
+    match (remote.find(':'), remote.find('/')) {
+        (Some(c), Some(s)) => c > s,
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
 }
 
 /// Value checks that serde's types cannot express. Every message names the key.
@@ -598,12 +623,40 @@ mod tests {
     }
 
     #[test]
+    fn local_remotes_are_told_from_urls() {
+        for local in [
+            "remote.git",
+            "../x/remote.git",
+            "/srv/git/shop.git",
+            "./a:b",
+        ] {
+            assert!(is_local_path(local), "{local}");
+        }
+        for url in [
+            "git@forge:team/shop.git",
+            "https://forge/x.git",
+            "file:///srv/x.git",
+            "host:x",
+        ] {
+            assert!(!is_local_path(url), "{url}");
+        }
+    }
+
+    #[test]
     fn relative_paths_are_resolved_against_the_config_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("orch.yaml");
-        std::fs::write(&p, "state_dir: st\n").unwrap();
+        std::fs::write(
+            &p,
+            "state_dir: st\nrepos:\n - {name: a, remote: remote.git, prefix: A}\n",
+        )
+        .unwrap();
         let cfg = load(&p, None).unwrap();
         assert_eq!(cfg.state_dir, dir.path().join("st"));
+        assert_eq!(
+            cfg.repos[0].remote,
+            dir.path().join("remote.git").display().to_string()
+        );
         assert_eq!(cfg.repos_dir, dir.path().join("st").join("repos"));
     }
 }

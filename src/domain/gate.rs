@@ -51,6 +51,8 @@ pub struct GateFacts {
     pub verdict: Option<Artifact>,
     /// What was recorded when the task entered the stage (blob id, branch head, or `absent`).
     pub entry_marker: Option<String>,
+    /// Set when the repo has no contract for this stage: the gate passes with this reason.
+    pub not_applicable: Option<&'static str>,
 }
 
 /// The gate's answer.
@@ -68,6 +70,9 @@ pub enum GateResult {
 /// Evaluate the exit gate of `stage` over `facts`.
 pub fn evaluate(stage: Stage, facts: &GateFacts) -> GateResult {
     let wi = &facts.work_item;
+    if let Some(na) = facts.not_applicable {
+        return GateResult::Pass(na.to_string());
+    }
     match stage.spec().gate {
         GateKind::Start => GateResult::Pass("pipeline started".into()),
         GateKind::Terminal => GateResult::NotSatisfied(format!("`{wi}` is already `{stage}`")),
@@ -179,7 +184,14 @@ pub fn feedback_of(stage: Stage, bytes: &[u8]) -> String {
             })
             .or_else(|| section(body, |h| h.contains("conclusion")))
             .unwrap_or_else(|| body.to_string()),
-        _ => body.to_string(),
+        Stage::Created
+        | Stage::Analysis
+        | Stage::Architecture
+        | Stage::Development
+        | Stage::DeployStaging
+        | Stage::Deploy
+        | Stage::Done
+        | Stage::Cancelled => body.to_string(),
     };
     cap(picked.trim_end(), 16 * 1024)
 }
@@ -260,6 +272,23 @@ pub struct Contracts {
     pub merge: bool,
 }
 
+/// Whether `stage` is passed as "not applicable" for a repo with these contracts (SPEC §3.1):
+/// no staging contract, or no deploy contract.
+pub fn not_applicable(stage: Stage, contracts: Contracts) -> Option<&'static str> {
+    match stage {
+        Stage::DeployStaging => (!contracts.staging).then_some("staging N/A"),
+        Stage::Deploy => (!contracts.deploy).then_some("deploy N/A"),
+        Stage::Created
+        | Stage::Analysis
+        | Stage::Architecture
+        | Stage::Development
+        | Stage::Review
+        | Stage::Testing
+        | Stage::Done
+        | Stage::Cancelled => None,
+    }
+}
+
 /// One stage move, with the reason recorded in its history row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hop {
@@ -306,12 +335,7 @@ pub fn forward(
             to,
             reason: reason_here,
         });
-        let na = match to {
-            Stage::DeployStaging if !contracts.staging => Some("staging N/A"),
-            Stage::Deploy if !contracts.deploy => Some("deploy N/A"),
-            _ => None,
-        };
-        match na {
+        match not_applicable(to, contracts) {
             Some(r) => {
                 reason = r.to_string();
                 from = to;
@@ -554,6 +578,22 @@ mod tests {
         );
         assert!(p.hops.is_empty());
         assert_eq!(p.breakpoint, Some(Stage::Review));
+    }
+
+    #[test]
+    fn a_task_resting_in_a_stage_without_contract_passes_it() {
+        let mut f = facts();
+        f.not_applicable = not_applicable(Stage::Deploy, NONE);
+        assert_eq!(
+            evaluate(Stage::Deploy, &f),
+            GateResult::Pass("deploy N/A".into())
+        );
+        let with = Contracts {
+            staging: true,
+            deploy: true,
+            merge: false,
+        };
+        assert_eq!(not_applicable(Stage::DeployStaging, with), None);
     }
 
     #[test]

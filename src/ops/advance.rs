@@ -139,15 +139,25 @@ pub fn contracts(repo: &RepoCfg) -> Contracts {
 /// `require_confirm` waits for `orch confirm-deploy` (or the `auto-deploy` label) first.
 pub fn role_on_entry(stage: Stage, repo: &RepoCfg, task: &TaskRow) -> Option<Role> {
     let role = stage.spec().role?;
+    if gate::not_applicable(stage, contracts(repo)).is_some() {
+        return None;
+    }
     match stage {
-        Stage::DeployStaging if repo.staging.is_none() => None,
         Stage::Deploy => {
             let confirmed = !repo.require_confirm()
                 || task.has_label("auto-deploy")
                 || task.deploy_confirmed_at.is_some();
-            (repo.deploy_mode() != DeployMode::None && confirmed).then_some(role)
+            confirmed.then_some(role)
         }
-        _ => Some(role),
+        Stage::Created
+        | Stage::Analysis
+        | Stage::Architecture
+        | Stage::Development
+        | Stage::Review
+        | Stage::Testing
+        | Stage::DeployStaging
+        | Stage::Done
+        | Stage::Cancelled => Some(role),
     }
 }
 
@@ -627,6 +637,28 @@ fn override_to(
             task.work_item
         )));
     }
+    // Own the transition before looking, as every other path does.
+    let _lease = if req.dry_run {
+        None
+    } else {
+        let path = ctx.config.db_path();
+        match TransitionLease::acquire(&ctx.db, path, task.id, "operator", task.stage, ctx.now)? {
+            Ok(l) => Some(l),
+            Err(busy) => {
+                let reason = format!("deferred: {}", busy.describe());
+                record_alone(ctx, task, task.stage, req.actor, Outcome::Deferred, &reason)?;
+                return Ok(Report {
+                    work_item: task.work_item.clone(),
+                    from: task.stage,
+                    to: task.stage,
+                    outcome: Outcome::Deferred,
+                    reason,
+                    enqueued_job: None,
+                    dry_run: false,
+                });
+            }
+        }
+    };
     // What the gate said, and the artifact as it was, for the audit trail. Git trouble must
     // not stop an operator from unsticking a task, so it is recorded instead.
     let (verdict, sha, marker) = match gather::open(ctx, task, repo) {
@@ -658,24 +690,6 @@ fn override_to(
             dry_run: true,
         });
     }
-    let path = ctx.config.db_path();
-    let _lease =
-        match TransitionLease::acquire(&ctx.db, path, task.id, "operator", task.stage, ctx.now)? {
-            Ok(l) => l,
-            Err(busy) => {
-                let reason = format!("deferred: {}", busy.describe());
-                record_alone(ctx, task, task.stage, req.actor, Outcome::Deferred, &reason)?;
-                return Ok(Report {
-                    work_item: task.work_item.clone(),
-                    from: task.stage,
-                    to: task.stage,
-                    outcome: Outcome::Deferred,
-                    reason,
-                    enqueued_job: None,
-                    dry_run: false,
-                });
-            }
-        };
     let mut entered = task.clone();
     entered.stage = ov.to;
     let role = role_on_entry(ov.to, repo, &entered);

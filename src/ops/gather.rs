@@ -142,8 +142,15 @@ pub fn facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, view: &GitView) -> Resul
     let mut f = GateFacts {
         work_item: task.base_work_item.clone(),
         entry_marker: task.entry_marker.clone(),
+        not_applicable: crate::domain::gate::not_applicable(
+            task.stage,
+            crate::ops::advance::contracts(repo),
+        ),
         ..GateFacts::default()
     };
+    if f.not_applicable.is_some() {
+        return Ok(f);
+    }
     match task.stage.spec().gate {
         GateKind::Start | GateKind::Terminal => {}
         GateKind::AnalysisApproved => {

@@ -465,12 +465,13 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
         let stage: Stage = b
             .parse()
             .map_err(|e: crate::domain::stage::UnknownName| usage(e.to_string()))?;
-        if matches!(stage, Stage::Created | Stage::Analysis | Stage::Cancelled)
-            || stage <= task.stage
-        {
+        // Any stage the task can still enter (again, after a rollback) is a valid breakpoint.
+        let never = matches!(stage, Stage::Created | Stage::Analysis | Stage::Cancelled)
+            || (task.track == Track::Bug && stage == Stage::Architecture);
+        if never {
             return Err(usage(format!(
-                "cannot set a breakpoint before `{stage}`: `{}` is in `{}` and would never enter it next",
-                task.work_item, task.stage
+                "cannot set a breakpoint before `{stage}`: `{}` ({} track) never enters it from `{}`",
+                task.work_item, task.track, task.stage
             )));
         }
         let text = format!("breakpoint before `{stage}`: {reason}");
@@ -549,7 +550,7 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             task.work_item, task.stage
         )));
     }
-    if task.paused_at.is_none() && task.held_at.is_none() {
+    if task.paused_at.is_none() && task.held_at.is_none() && task.pause_before.is_none() {
         return Ok(Gesture {
             work_item: task.work_item.clone(),
             code: Code::Ok,
@@ -560,6 +561,8 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
     write(ctx, |ctx, tx| {
         db::tasks::set_paused(tx, task.id, None, ctx.now)?;
         db::tasks::set_held(tx, task.id, None, ctx.now)?;
+        // Resuming also clears a breakpoint that has not fired yet.
+        db::tasks::set_pause_before(tx, task.id, None, ctx.now)?;
         record(
             ctx,
             tx,

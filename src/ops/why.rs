@@ -126,7 +126,12 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
             JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {}
         }
     }
-    if live.is_empty() && !task.stage.is_terminal() {
+    // A blocked or held task waits for a human, whatever its gate says.
+    if live.is_empty()
+        && !task.stage.is_terminal()
+        && task.blocked_at.is_none()
+        && task.held_at.is_none()
+    {
         let repo = repo_of(ctx, &task)?;
         if task.stage == Stage::Deploy
             && crate::ops::advance::role_on_entry(Stage::Deploy, repo, &task).is_none()
