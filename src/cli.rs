@@ -102,6 +102,30 @@ pub enum Command {
     /// Reports over the history
     #[command(subcommand)]
     Report(ReportCmd),
+    /// One scheduler pass: reap, reclaim, reconcile, claim and launch
+    Tick {
+        /// Print what the pass would do, do nothing
+        #[arg(long)]
+        plan: bool,
+    },
+    /// Jobs (the supervisor)
+    #[command(subcommand)]
+    Job(JobCmd),
+    /// Build a throwaway world and drive one task from created to done with real ticks
+    Demo {
+        /// Where to build the world (kept)
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Keep the world even without --dir
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCmd {
+    /// Supervise one job attempt (started by tick; usable by hand to re-run a job)
+    Run { id: i64 },
 }
 
 #[derive(Debug, Subcommand)]

@@ -116,6 +116,9 @@ fn dispatch(cli: Cli) -> Result<Code> {
     if let Command::Init { dir } = &cli.command {
         return cmd::init::run(g, dir.as_deref());
     }
+    if let Command::Demo { dir, keep } = &cli.command {
+        return cmd::demo::run(g, dir.as_deref(), *keep);
+    }
     let mut ctx = Ctx::open(g)?;
     match cli.command {
         Command::Init { .. } => Ok(Code::Ok),
@@ -138,5 +141,8 @@ fn dispatch(cli: Cli) -> Result<Code> {
         Command::Why { work_item } => cmd::why::run(&mut ctx, &work_item),
         Command::Lease(l) => cmd::lease::run(&mut ctx, l),
         Command::Report(r) => cmd::report::run(&mut ctx, r),
+        Command::Tick { plan } => cmd::tick::run(&mut ctx, plan),
+        Command::Job(j) => cmd::job::run(&mut ctx, j),
+        Command::Demo { .. } => unreachable!("handled before the context is built"),
     }
 }

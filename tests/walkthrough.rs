@@ -704,11 +704,21 @@ fn an_override_cannot_revive_a_cancelled_task() {
     w.ok(&["cancel", &wi], 0);
     let before = transition_count(&w);
     let r = w.ok(
-        &["advance", "SHOP-1#cancelled-1", "--to", "development", "--reason", "x"],
+        &[
+            "advance",
+            "SHOP-1#cancelled-1",
+            "--to",
+            "development",
+            "--reason",
+            "x",
+        ],
         2,
     );
     assert!(r.stderr.contains("already `cancelled`"), "{r:?}");
-    assert!(r.stderr.contains("orch task add --work-item SHOP-1"), "{r:?}");
+    assert!(
+        r.stderr.contains("orch task add --work-item SHOP-1"),
+        "{r:?}"
+    );
     assert_eq!(transition_count(&w), before);
     assert_eq!(w.stage("SHOP-1#cancelled-1"), "cancelled");
 }

@@ -5,14 +5,17 @@ pub mod advance;
 pub mod approve;
 pub mod cancel;
 pub mod confirm_deploy;
+pub mod demo;
 pub mod freeze;
 pub mod init;
+pub mod job;
 pub mod lease;
 pub mod pause;
 pub mod queue;
 pub mod report;
 pub mod resume;
 pub mod task;
+pub mod tick;
 pub mod unfreeze;
 pub mod why;
 

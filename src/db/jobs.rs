@@ -156,3 +156,175 @@ pub fn finished_since(c: &Connection, since: Ts) -> Result<Vec<(JobStatus, u64)>
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }
+
+pub fn get(c: &Connection, id: JobId) -> Result<Option<JobRow>> {
+    use rusqlite::OptionalExtension;
+    Ok(c.query_row(
+        &format!("SELECT {COLS} FROM jobs WHERE id = ?"),
+        [id.0],
+        from_row,
+    )
+    .optional()?)
+}
+
+/// Claim one queued job: `queued → running`, attempts + 1. Returns the new attempt number, or
+/// `None` when another claimer got it first (the row guard of SPEC §4.2).
+pub fn claim(c: &Connection, id: JobId, now: Ts) -> Result<Option<u32>> {
+    use rusqlite::OptionalExtension;
+    Ok(c
+        .query_row(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?1, \
+             finished_at = NULL, exit_code = NULL, error = NULL, supervisor_pid = NULL, \
+             supervisor_start = NULL, supervisor_boot = NULL, agent_pgid = NULL, agent_start = NULL \
+             WHERE id = ?2 AND status = 'queued' RETURNING attempts",
+            params![now, id.0],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Record the supervisor of an attempt (fenced on the attempt).
+pub fn set_supervisor(
+    c: &Connection,
+    id: JobId,
+    attempt: u32,
+    pid: i64,
+    start: i64,
+    boot: &str,
+) -> Result<bool> {
+    Ok(c.execute(
+        "UPDATE jobs SET supervisor_pid = ?1, supervisor_start = ?2, supervisor_boot = ?3 \
+         WHERE id = ?4 AND status = 'running' AND attempts = ?5",
+        params![pid, start, boot, id.0, attempt],
+    )? == 1)
+}
+
+/// Record the agent's process group of an attempt (fenced).
+pub fn set_agent(c: &Connection, id: JobId, attempt: u32, pgid: i64, start: i64) -> Result<bool> {
+    Ok(c.execute(
+        "UPDATE jobs SET agent_pgid = ?1, agent_start = ?2 \
+         WHERE id = ?3 AND status = 'running' AND attempts = ?4",
+        params![pgid, start, id.0, attempt],
+    )? == 1)
+}
+
+/// Record the exit code of an attempt (fenced), before anything else is done about it, so a
+/// reaper that finds the supervisor dead knows how the run ended.
+pub fn set_exit(
+    c: &Connection,
+    id: JobId,
+    attempt: u32,
+    code: Option<i64>,
+    error: Option<&str>,
+) -> Result<bool> {
+    Ok(c.execute(
+        "UPDATE jobs SET exit_code = ?1, error = ?2 WHERE id = ?3 AND status = 'running' AND attempts = ?4",
+        params![code, error, id.0, attempt],
+    )? == 1)
+}
+
+/// Finish an attempt as `done` or `failed` (fenced: a stale supervisor's outcome is dropped).
+pub fn finish(
+    c: &Connection,
+    id: JobId,
+    attempt: u32,
+    status: JobStatus,
+    error: Option<&str>,
+    now: Ts,
+) -> Result<bool> {
+    Ok(c.execute(
+        "UPDATE jobs SET status = ?1, error = COALESCE(?2, error), finished_at = ?3 \
+         WHERE id = ?4 AND status = 'running' AND attempts = ?5",
+        params![status.as_str(), error, now, id.0, attempt],
+    )? == 1)
+}
+
+/// Put an attempt back in the queue (fenced). `refund` gives the attempt back (usage limits and
+/// deferrals do not spend one).
+pub fn requeue(
+    c: &Connection,
+    id: JobId,
+    attempt: u32,
+    available_at: Ts,
+    error: &str,
+    refund: bool,
+) -> Result<bool> {
+    Ok(c.execute(
+        "UPDATE jobs SET status = 'queued', available_at = ?1, error = ?2, \
+         attempts = attempts - ?3, supervisor_pid = NULL, supervisor_start = NULL, \
+         supervisor_boot = NULL, agent_pgid = NULL, agent_start = NULL \
+         WHERE id = ?4 AND status = 'running' AND attempts = ?5",
+        params![available_at, error, refund as i64, id.0, attempt],
+    )? == 1)
+}
+
+/// The newest job of a task for a stage.
+pub fn last_for_stage(c: &Connection, task: TaskId, stage: Stage) -> Result<Option<JobRow>> {
+    use rusqlite::OptionalExtension;
+    Ok(c.query_row(
+        &format!(
+            "SELECT {COLS} FROM jobs WHERE task_id = ?1 AND stage = ?2 ORDER BY id DESC LIMIT 1"
+        ),
+        params![task.0, stage.as_str()],
+        from_row,
+    )
+    .optional()?)
+}
+
+/// One `agent_runs` row; usage fields are `None` when the agent did not report them.
+pub struct AgentRun<'a> {
+    pub job_id: JobId,
+    pub task_id: TaskId,
+    pub role: Role,
+    pub model: Option<&'a str>,
+    pub effort: Option<&'a str>,
+    pub started_at: Ts,
+    pub finished_at: Ts,
+    pub duration_ms: i64,
+    pub exit_code: Option<i64>,
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub cache_read_tokens: Option<i64>,
+    pub cache_write_tokens: Option<i64>,
+    pub cost_usd: Option<f64>,
+    pub session_id: Option<&'a str>,
+}
+
+pub fn insert_agent_run(c: &Connection, r: &AgentRun<'_>) -> Result<()> {
+    c.execute(
+        "INSERT INTO agent_runs (job_id, task_id, role, model, effort, started_at, finished_at, \
+         duration_ms, exit_code, input_tokens, output_tokens, cache_read_tokens, \
+         cache_write_tokens, cost_usd, session_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        params![
+            r.job_id.0,
+            r.task_id.0,
+            r.role.as_str(),
+            r.model,
+            r.effort,
+            r.started_at,
+            r.finished_at,
+            r.duration_ms,
+            r.exit_code,
+            r.input_tokens,
+            r.output_tokens,
+            r.cache_read_tokens,
+            r.cache_write_tokens,
+            r.cost_usd,
+            r.session_id
+        ],
+    )?;
+    Ok(())
+}
+
+/// The session id of the newest run of a job (to resume it on retry).
+pub fn last_session(c: &Connection, id: JobId) -> Result<Option<String>> {
+    use rusqlite::OptionalExtension;
+    Ok(c.query_row(
+        "SELECT session_id FROM agent_runs WHERE job_id = ? AND session_id IS NOT NULL \
+             ORDER BY id DESC LIMIT 1",
+        [id.0],
+        |r| r.get(0),
+    )
+    .optional()?)
+}

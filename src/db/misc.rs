@@ -105,3 +105,32 @@ pub fn journal(
     )?;
     Ok(())
 }
+
+/// Open (or extend) the dispatch breaker until `until`.
+pub fn open_breaker(c: &Connection, until: Ts, reason: &str) -> Result<()> {
+    c.execute(
+        "INSERT INTO breaker (id, open_until, reason) VALUES (1, ?1, ?2) \
+         ON CONFLICT(id) DO UPDATE SET open_until = max(open_until, ?1), reason = ?2",
+        params![until, reason],
+    )?;
+    Ok(())
+}
+
+/// Record a CI status of a commit (from the forge, or from `ci.mode: command`).
+pub fn set_ci_status(
+    c: &Connection,
+    repo: &str,
+    sha: &str,
+    context: &str,
+    state: &str,
+    detail: &str,
+    now: Ts,
+) -> Result<()> {
+    c.execute(
+        "INSERT INTO ci_status (repo, sha, context, state, detail, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(repo, sha, context) \
+         DO UPDATE SET state = ?4, detail = ?5, updated_at = ?6",
+        params![repo, sha, context, state, detail, now],
+    )?;
+    Ok(())
+}

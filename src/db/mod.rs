@@ -175,7 +175,8 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap();
             assert!(
-                plan.iter().all(|l| !l.contains("SCAN") || l.contains("USING")),
+                plan.iter()
+                    .all(|l| !l.contains("SCAN") || l.contains("USING")),
                 "{sql} scans a table: {plan:?}"
             );
             assert!(plan.iter().any(|l| l.contains("INDEX")), "{sql}: {plan:?}");

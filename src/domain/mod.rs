@@ -1,6 +1,7 @@
 //! Pure decisions over plain data: the stage table, verdicts, gates, claim eligibility, lease
 //! liveness, prompts. No SQL, no processes, no HTTP, no clock reads (`now` is passed in).
 
+pub mod agent;
 pub mod claim;
 pub mod frontmatter;
 pub mod gate;

@@ -1163,6 +1163,48 @@ fn check_wi(wi: &str) -> Result<()> {
     Ok(())
 }
 
+/// Create a bare repository at `remote` whose `main` holds `files` (one commit as `name
+/// <email>`), using `work` as a scratch checkout. Used by `orch demo` to build its world.
+pub fn seed_remote(
+    remote: &Path,
+    work: &Path,
+    main: &str,
+    files: &[(&str, &[u8])],
+    name: &str,
+    email: &str,
+) -> Result<()> {
+    if !refname_ok(main) {
+        bail!("invalid branch name {main:?}");
+    }
+    Cmd::new("git")
+        .args(["init", "--quiet", "--bare", "--initial-branch", main])
+        .arg(remote)
+        .checked()
+        .context("creating the bare remote")?;
+    Cmd::new("git")
+        .args(["init", "--quiet", "--initial-branch", main])
+        .arg(work)
+        .checked()
+        .context("creating the seed checkout")?;
+    for (rel, bytes) in files {
+        let parts = rel_parts(rel, false)?;
+        let path = parts.iter().fold(work.to_path_buf(), |p, c| p.join(c));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, bytes).with_context(|| format!("writing {rel}"))?;
+    }
+    Git::new(work).commit_all(work, "initial project", name, email)?;
+    git_in(work)
+        .arg("push")
+        .arg("--quiet")
+        .arg(remote)
+        .arg(format!("HEAD:refs/heads/{main}"))
+        .checked()
+        .context("pushing the seed commit")?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,7 +170,9 @@ pub fn release(ctx: &crate::Ctx, target: ReleaseTarget<'_>, force: bool) -> Resu
     }
     // Delete only the row we judged: a lease that changed hands meanwhile is not ours to drop.
     let deleted = ctx.db.write(|tx| match (&target, row.task_id) {
-        (ReleaseTarget::Task(_), Some(t)) => db::leases::transition_delete_if_owner(tx, t, &row.owner),
+        (ReleaseTarget::Task(_), Some(t)) => {
+            db::leases::transition_delete_if_owner(tx, t, &row.owner)
+        }
         (ReleaseTarget::Merge(repo), _) => db::leases::merge_delete_if_owner(tx, repo, &row.owner),
         (ReleaseTarget::Task(_), None) => Ok(false),
     })?;

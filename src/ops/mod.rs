@@ -2,9 +2,13 @@
 //! decision through `db` and `ext`. Commands call one use-case; use-cases never print.
 
 pub mod advance;
+pub mod claim;
+pub mod demo;
 pub mod gather;
+pub mod job;
 pub mod lease;
 pub mod queue;
 pub mod show;
 pub mod task;
+pub mod tick;
 pub mod why;

@@ -151,7 +151,11 @@ impl World {
     }
 
     /// Gather over any connection (the claim gathers inside its own write transaction).
-    pub fn gather_in(c: &rusqlite::Connection, config: &crate::config::Config, now: Ts) -> Result<World> {
+    pub fn gather_in(
+        c: &rusqlite::Connection,
+        config: &crate::config::Config,
+        now: Ts,
+    ) -> Result<World> {
         let active = db::tasks::active(c)?;
         let by_id: HashMap<i64, usize> = active
             .iter()

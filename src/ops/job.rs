@@ -1,0 +1,607 @@
+//! `orch job run <id>` — the supervisor of one job attempt (SPEC §4.4). Started detached by
+//! `orch tick` (or by hand): prepares the task worktree, launches the agent in its own process
+//! group with the scrubbed environment, watches it (wall-clock and inactivity timeouts, the
+//! final `result` line), records the run, and then either commits + pushes + advances as the
+//! role, or re-queues with backoff, or fails the job. Every write about the attempt is fenced on
+//! `(id, status = 'running', attempts)`, so a stale supervisor can never overwrite a newer one.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tracing::{info, warn};
+
+use crate::Ctx;
+use crate::config::{CiMode, RepoCfg};
+use crate::db::{self, jobs::JobRow, tasks::TaskRow};
+use crate::domain::agent::{self, AgentResult};
+use crate::domain::ids::{JobId, TaskRef, WorkItem};
+use crate::domain::stage::{JobStatus, Role, Stage};
+use crate::error::{Code, exit, usage};
+use crate::ext::git::{Git, RepoRef};
+use crate::ext::proc::{self, Ending, RunOutcome, Spec};
+use crate::ext::{env, sys};
+use crate::ops::advance::{self, Actor, Request};
+
+/// What the supervisor did, for its log and exit code.
+#[derive(Debug)]
+pub struct JobReport {
+    pub job: JobId,
+    pub work_item: String,
+    pub role: Role,
+    pub status: &'static str,
+    pub detail: String,
+    pub advance: Option<advance::Report>,
+}
+
+/// The compiled-in role prompts (SPEC §2: `commands/<role>.md`).
+pub fn builtin_prompt(role: Role) -> &'static str {
+    match role {
+        Role::Analyst => include_str!("../../commands/analyst.md"),
+        Role::Architect => include_str!("../../commands/architect.md"),
+        Role::Developer => include_str!("../../commands/developer.md"),
+        Role::Reviewer => include_str!("../../commands/reviewer.md"),
+        Role::Tester => include_str!("../../commands/tester.md"),
+        Role::Deployer => include_str!("../../commands/deployer.md"),
+    }
+}
+
+fn default_timeout(role: Role) -> u64 {
+    match role {
+        Role::Developer => 3600,
+        Role::Reviewer => 3000,
+        Role::Analyst | Role::Architect | Role::Tester | Role::Deployer => 1800,
+    }
+}
+
+/// The git identity a role commits as.
+pub fn identity(role: Role) -> (String, String) {
+    (format!("orch-{role}"), format!("{role}@orch.invalid"))
+}
+
+fn repo_ref(repo: &RepoCfg) -> RepoRef<'_> {
+    RepoRef {
+        name: &repo.name,
+        remote: &repo.remote,
+        main: &repo.main,
+    }
+}
+
+/// Make sure the task worktree exists (created on the task's first job from fresh
+/// `origin/<main>`, or checked out as it is when the remote already has the branch).
+pub fn ensure_worktree(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
+    let git = Git::new(&ctx.config.repos_dir);
+    let lock = git.lock(&repo.name)?;
+    let r = repo_ref(repo);
+    git.ensure_clone(&lock, &r)
+        .with_context(|| format!("cloning repo `{}`", repo.name))?;
+    git.fetch(&lock, &r)
+        .with_context(|| format!("fetching repo `{}`", repo.name))?;
+    git.worktree_add(&lock, &r, &task.base_work_item, &task.branch)
+        .with_context(|| format!("preparing the worktree of `{}`", task.work_item))
+}
+
+/// Run job `id` as its supervisor.
+pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
+    let job = db::jobs::get(ctx.db.conn(), id)?.ok_or_else(|| {
+        usage(format!(
+            "job {} not found; `orch queue` lists live jobs",
+            id.0
+        ))
+    })?;
+    let me = sys::self_identity()?;
+    let attempt = match job.status {
+        JobStatus::Running => job.attempts,
+        // By hand: claim it ourselves (the same row guard the tick uses).
+        JobStatus::Queued => ctx
+            .db
+            .write(|tx| db::jobs::claim(tx, id, ctx.now))?
+            .ok_or_else(|| {
+                exit(
+                    Code::Busy,
+                    format!("job {} was claimed by someone else", id.0),
+                )
+            })?,
+        JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {
+            return Err(usage(format!(
+                "job {} is already `{}`; nothing to run",
+                id.0, job.status
+            )));
+        }
+    };
+    if let (JobStatus::Running, Some(pid)) = (job.status, job.supervisor_pid)
+        && pid as i32 != me.pid
+    {
+        let other = crate::domain::liveness::ProcIdentity {
+            pid: pid as i32,
+            start_time: job.supervisor_start.unwrap_or(0) as u64,
+            boot_id: job.supervisor_boot.clone().unwrap_or_default(),
+        };
+        if sys::is_live(&other).is_alive() {
+            return Err(exit(
+                Code::Busy,
+                format!("job {} is already supervised by live pid {pid}", id.0),
+            ));
+        }
+    }
+    let recorded = ctx.db.write(|tx| {
+        db::jobs::set_supervisor(
+            tx,
+            id,
+            attempt,
+            me.pid as i64,
+            me.start_time as i64,
+            &me.boot_id,
+        )
+    })?;
+    if !recorded {
+        return Err(exit(
+            Code::Busy,
+            format!("job {} attempt {attempt} is no longer ours to run", id.0),
+        ));
+    }
+    let task = db::tasks::get(ctx.db.conn(), job.task_id)?;
+    let span = tracing::info_span!("job", work_item = %task.work_item, job = id.0);
+    let _g = span.enter();
+    match supervise(ctx, &job, attempt, &task) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            // Anything that went wrong around the agent (git, config) spends the attempt.
+            warn!("job failed before or after the agent: {e:#}");
+            let detail = format!("{e:#}");
+            let status = retry_or_fail(ctx, &job, attempt, &task, &detail)?;
+            Ok(JobReport {
+                job: id,
+                work_item: task.work_item.clone(),
+                role: job.role,
+                status,
+                detail,
+                advance: None,
+            })
+        }
+    }
+}
+
+fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<JobReport> {
+    let repo = advance::repo_of(ctx, task)?.clone();
+    if task.stage != job.stage || task.stage.is_terminal() {
+        // The task left the stage: the job is stale, its work would be a CAS no-op.
+        ctx.db.write(|tx| {
+            db::jobs::finish(
+                tx,
+                job.id,
+                attempt,
+                JobStatus::Cancelled,
+                Some("superseded"),
+                ctx.now,
+            )
+        })?;
+        return Ok(JobReport {
+            job: job.id,
+            work_item: task.work_item.clone(),
+            role: job.role,
+            status: "cancelled",
+            detail: format!("task is in `{}` now", task.stage),
+            advance: None,
+        });
+    }
+    let worktree = ensure_worktree(ctx, task, &repo)?;
+    let outcome = launch_agent(ctx, job, attempt, task, &repo, &worktree)?;
+    finish_agent_run(ctx, job, attempt, task, &repo, &worktree, outcome)
+}
+
+/// Build the argv, environment and timeouts, and run the agent.
+fn launch_agent(
+    ctx: &Ctx,
+    job: &JobRow,
+    attempt: u32,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    worktree: &std::path::Path,
+) -> Result<(RunOutcome, Option<String>, Option<String>, i64)> {
+    let role = job.role;
+    let cfg = &ctx.config.agent;
+    let role_cfg = cfg.roles.get(role.as_str());
+    let repo_cfg = repo.agent.get(role.as_str());
+    let env_model =
+        std::env::var(format!("ORCH_AGENT_MODEL_{}", role.as_str().to_uppercase())).ok();
+    let env_effort = std::env::var(format!(
+        "ORCH_AGENT_EFFORT_{}",
+        role.as_str().to_uppercase()
+    ))
+    .ok();
+    let repo_label = format!("repos[{}].agent.{role}", repo.name);
+    let (model, w1) = agent::resolve(
+        "model",
+        &[
+            (
+                repo_label.as_str(),
+                repo_cfg.and_then(|r| r.model.as_deref()),
+            ),
+            ("ORCH_AGENT_MODEL_<ROLE>", env_model.as_deref()),
+            ("agent.roles", role_cfg.and_then(|r| r.model.as_deref())),
+        ],
+        agent::valid_model,
+    );
+    let (effort, w2) = agent::resolve(
+        "effort",
+        &[
+            (
+                repo_label.as_str(),
+                repo_cfg.and_then(|r| r.effort.as_deref()),
+            ),
+            ("ORCH_AGENT_EFFORT_<ROLE>", env_effort.as_deref()),
+            ("agent.roles", role_cfg.and_then(|r| r.effort.as_deref())),
+        ],
+        agent::valid_effort,
+    );
+    for w in w1.iter().chain(&w2) {
+        warn!("{w}");
+    }
+    let prompt_text = match &cfg.prompts_dir {
+        Some(dir) => std::fs::read_to_string(dir.join(format!("{role}.md")))
+            .unwrap_or_else(|_| builtin_prompt(role).to_string()),
+        None => builtin_prompt(role).to_string(),
+    };
+    let prompts = ctx.config.state_dir.join("prompts");
+    std::fs::create_dir_all(&prompts)?;
+    let prompt_file = prompts.join(format!("job-{}-{role}.md", job.id.0));
+    std::fs::write(&prompt_file, prompt_text)
+        .with_context(|| format!("writing `{}`", prompt_file.display()))?;
+    let session = db::jobs::last_session(ctx.db.conn(), job.id)?;
+    let wt = worktree.display().to_string();
+    let pf = prompt_file.display().to_string();
+    let argv = agent::expand_argv(
+        &cfg.argv,
+        &[
+            ("model", model.as_deref()),
+            ("effort", effort.as_deref()),
+            ("prompt_file", Some(&pf)),
+            ("role", Some(role.as_str())),
+            ("worktree", Some(&wt)),
+            ("session_id", session.as_deref()),
+        ],
+    );
+    let wi = &task.base_work_item;
+    let artifact_dir = format!("docs/work-items/{wi}");
+    let set = [
+        ("ORCH_SANDBOX", "1".to_string()),
+        ("ORCH_WORK_ITEM", wi.clone()),
+        ("ORCH_ROLE", role.to_string()),
+        ("ORCH_STAGE", job.stage.to_string()),
+        ("ORCH_JOB_ID", job.id.0.to_string()),
+        ("ORCH_ARTIFACT_DIR", artifact_dir),
+    ];
+    let child_env = env::child_env(
+        std::env::vars_os(),
+        &secret_env_names(ctx),
+        &cfg.env_deny,
+        &set,
+    );
+    let timeout = role_cfg
+        .and_then(|r| r.timeout_s)
+        .unwrap_or_else(|| default_timeout(role));
+    let log = ctx
+        .config
+        .state_dir
+        .join("logs")
+        .join(format!("job-{}.agent.log", job.id.0));
+    let started_at = crate::now();
+    info!(argv = ?argv, "launching the agent");
+    let spec = Spec {
+        argv: argv.into_iter().map(OsString::from).collect(),
+        cwd: worktree.to_path_buf(),
+        env: child_env,
+        stdin: Some(job.prompt.clone().into_bytes()),
+        log: Some(log),
+        wall_timeout: Duration::from_secs(timeout),
+        inactivity_timeout: Some(Duration::from_secs(cfg.inactivity_timeout_s)),
+        grace: Duration::from_secs(5),
+        end_marker: Some(Box::new(agent::is_result_line)),
+        linger_grace: Duration::from_secs(3),
+    };
+    let db_path = ctx.config.db_path();
+    let jid = job.id;
+    let outcome = proc::run_supervised(spec, |s| {
+        // A separate connection: the callback runs while the caller's borrow is busy.
+        let res = db::Db::open(&db_path).and_then(|db| {
+            db.write(|tx| db::jobs::set_agent(tx, jid, attempt, s.pgid as i64, s.start_time as i64))
+        });
+        if let Err(e) = res {
+            warn!("could not record the agent process group: {e:#}");
+        }
+    });
+    Ok((outcome, model, effort, started_at))
+}
+
+/// Every variable named by a `*_env` key of the config (SPEC §9).
+fn secret_env_names(ctx: &Ctx) -> Vec<String> {
+    [&ctx.config.tracker, &ctx.config.forge, &ctx.config.chat]
+        .into_iter()
+        .flatten()
+        .flat_map(|s| [s.token_env.clone(), s.webhook_secret_env.clone()])
+        .flatten()
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish_agent_run(
+    ctx: &Ctx,
+    job: &JobRow,
+    attempt: u32,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    worktree: &std::path::Path,
+    (outcome, model, effort, started_at): (RunOutcome, Option<String>, Option<String>, i64),
+) -> Result<JobReport> {
+    let now = crate::now();
+    let result: Option<AgentResult> = outcome
+        .result_line
+        .as_deref()
+        .and_then(agent::parse_result)
+        .or_else(|| {
+            outcome
+                .stdout_tail
+                .lines()
+                .rev()
+                .find_map(agent::parse_result)
+        });
+    let code = match &outcome.ending {
+        Ending::Exited(c) => Some(*c as i64),
+        Ending::MarkedDone { code } => code.map(|c| c as i64),
+        Ending::Signalled(_) | Ending::TimedOut | Ending::Inactive | Ending::SpawnFailed(..) => {
+            None
+        }
+    };
+    let r = result.clone().unwrap_or_default();
+    ctx.db.write(|tx| {
+        db::jobs::insert_agent_run(
+            tx,
+            &db::jobs::AgentRun {
+                job_id: job.id,
+                task_id: task.id,
+                role: job.role,
+                model: model.as_deref(),
+                effort: effort.as_deref(),
+                started_at,
+                finished_at: now,
+                duration_ms: outcome.duration.as_millis() as i64,
+                exit_code: code,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                cache_read_tokens: r.cache_read_tokens,
+                cache_write_tokens: r.cache_write_tokens,
+                cost_usd: r.cost_usd,
+                session_id: r.session_id.as_deref(),
+            },
+        )
+    })?;
+    let report = |status: &'static str, detail: String, adv: Option<advance::Report>| JobReport {
+        job: job.id,
+        work_item: task.work_item.clone(),
+        role: job.role,
+        status,
+        detail,
+        advance: adv,
+    };
+
+    if agent::is_usage_limit(result.as_ref(), &outcome.combined_tail) {
+        let until = now + ctx.config.agent.usage_limit_backoff_s as i64;
+        let why = format!("usage limit reached ({})", job.role);
+        ctx.db.write(|tx| {
+            db::misc::open_breaker(tx, until, &why)?;
+            db::jobs::requeue(tx, job.id, attempt, until, &why, true)
+        })?;
+        warn!(
+            "alert: {why}; dispatch suspended until {}",
+            crate::domain::time::rfc3339(until)
+        );
+        return Ok(report("queued", why, None));
+    }
+
+    let ok = matches!(
+        outcome.ending,
+        Ending::Exited(0)
+            | Ending::MarkedDone {
+                code: Some(0) | None
+            }
+    ) && !result.as_ref().is_some_and(|r| r.is_error)
+        && (result.is_some() || matches!(outcome.ending, Ending::Exited(0)));
+    let ended = describe(&outcome.ending);
+    ctx.db.write(|tx| {
+        db::jobs::set_exit(tx, job.id, attempt, code, (!ok).then_some(ended.as_str()))
+    })?;
+    if !ok {
+        let detail = format!(
+            "agent {ended}; output tail:\n{}",
+            tail_lines(&outcome.combined_tail, 20)
+        );
+        let status = retry_or_fail(ctx, job, attempt, task, &detail)?;
+        return Ok(report(status, detail, None));
+    }
+
+    // Success: commit what the agent changed as the role, push the feature branch.
+    let git = Git::new(&ctx.config.repos_dir);
+    let (name, email) = identity(job.role);
+    let msg = format!(
+        "{}: {} (job {}, attempt {attempt})",
+        task.base_work_item, job.role, job.id.0
+    );
+    let sha = git.commit_all(worktree, &msg, &name, &email)?;
+    git.push_branch(&repo_ref(repo), worktree, &task.branch)
+        .with_context(|| format!("pushing `{}`", task.branch))?;
+    info!(commit = ?sha, "pushed {}", task.branch);
+
+    if job.role == Role::Developer && repo.ci.mode == CiMode::Command {
+        run_ci_command(ctx, task, repo, worktree)?;
+    }
+
+    if !ctx
+        .db
+        .write(|tx| db::jobs::finish(tx, job.id, attempt, JobStatus::Done, None, crate::now()))?
+    {
+        return Ok(report(
+            "stale",
+            "another attempt owns this job now; outcome dropped".into(),
+            None,
+        ));
+    }
+    let rep = advance::advance(
+        &Ctx {
+            config: ctx.config.clone(),
+            db: db::Db::open(&ctx.config.db_path())?,
+            json: ctx.json,
+            now: crate::now(),
+        },
+        &Request {
+            task: TaskRef::WorkItem(WorkItem::parse(&task.base_work_item).map_err(usage)?),
+            expect_stage: Some(job.stage),
+            as_role: Some(job.role),
+            to: None,
+            dry_run: false,
+            actor: Actor::Supervisor,
+        },
+    );
+    let rep = match rep {
+        Ok(r) => r,
+        Err(e) => {
+            // The reconciler will retry the advance; the job itself is done.
+            warn!("advance after the job failed: {e:#}");
+            return Ok(report("done", format!("advance failed: {e:#}"), None));
+        }
+    };
+    Ok(report("done", rep.reason.clone(), Some(rep)))
+}
+
+/// `ci.mode: command` (SPEC §3.4): run the check in the worktree and record it as the CI status
+/// of the branch head, where the development gate reads it.
+fn run_ci_command(
+    ctx: &Ctx,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    worktree: &std::path::Path,
+) -> Result<()> {
+    let git = Git::new(&ctx.config.repos_dir);
+    let head = git
+        .head(
+            &repo_ref(repo),
+            &crate::ext::git::Source::Worktree(worktree.to_path_buf()),
+        )?
+        .context("the worktree has no HEAD")?;
+    let env = env::child_env(
+        std::env::vars_os(),
+        &secret_env_names(ctx),
+        &ctx.config.agent.env_deny,
+        &[
+            ("ORCH_SANDBOX", "1".to_string()),
+            ("ORCH_WORK_ITEM", task.base_work_item.clone()),
+        ],
+    );
+    let out = proc::run_supervised(
+        Spec {
+            argv: repo.ci.argv.iter().map(OsString::from).collect(),
+            cwd: worktree.to_path_buf(),
+            env,
+            stdin: None,
+            log: Some(
+                ctx.config
+                    .state_dir
+                    .join("logs")
+                    .join(format!("ci-{}.log", task.base_work_item)),
+            ),
+            wall_timeout: Duration::from_secs(repo.ci.timeout_s.unwrap_or(900)),
+            inactivity_timeout: None,
+            grace: Duration::from_secs(5),
+            end_marker: None,
+            linger_grace: Duration::from_secs(1),
+        },
+        |_| {},
+    );
+    let (state, detail) = match out.ending {
+        Ending::Exited(0) => ("success", String::new()),
+        ref other => (
+            "failure",
+            format!(
+                "`{}` {}:\n{}",
+                repo.ci.argv.join(" "),
+                describe(other),
+                tail_lines(&out.combined_tail, 40)
+            ),
+        ),
+    };
+    ctx.db.write(|tx| {
+        db::misc::set_ci_status(
+            tx,
+            &repo.name,
+            &head,
+            "orch/command",
+            state,
+            &detail,
+            crate::now(),
+        )
+    })
+}
+
+fn describe(e: &Ending) -> String {
+    match e {
+        Ending::Exited(c) => format!("exited with code {c}"),
+        Ending::Signalled(s) => format!("was killed by signal {s}"),
+        Ending::TimedOut => "timed out (wall clock)".into(),
+        Ending::Inactive => "was silent too long (inactivity timeout)".into(),
+        Ending::SpawnFailed(kind, msg) => format!("could not be started ({kind:?}): {msg}"),
+        Ending::MarkedDone { code } => match code {
+            Some(c) => format!("printed its result and exited with code {c}"),
+            None => "printed its result and lingered (its process group was killed)".into(),
+        },
+    }
+}
+
+fn tail_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A failed attempt: re-queue with backoff while attempts remain, else `failed` + alert.
+pub fn retry_or_fail(
+    ctx: &Ctx,
+    job: &JobRow,
+    attempt: u32,
+    task: &TaskRow,
+    detail: &str,
+) -> Result<&'static str> {
+    let now = crate::now();
+    if attempt < job.max_attempts {
+        let delay = agent::backoff_s(
+            attempt,
+            (now as u64) ^ (job.id.0 as u64).wrapping_mul(2654435761),
+        );
+        let requeued = ctx
+            .db
+            .write(|tx| db::jobs::requeue(tx, job.id, attempt, now + delay, detail, false))?;
+        info!(
+            "attempt {attempt}/{} failed; retry in {delay}s",
+            job.max_attempts
+        );
+        Ok(if requeued { "queued" } else { "stale" })
+    } else {
+        let failed = ctx.db.write(|tx| {
+            db::jobs::finish(tx, job.id, attempt, JobStatus::Failed, Some(detail), now)
+        })?;
+        if failed {
+            warn!(
+                "alert: job {} ({}) of `{}` failed after {attempt} attempts: {}",
+                job.id.0,
+                job.role,
+                task.work_item,
+                tail_lines(detail, 3)
+            );
+        }
+        Ok(if failed { "failed" } else { "stale" })
+    }
+}
+
+/// The stage a job of `role` is expected to find its task in (for `--as` checks).
+pub fn stage_of(role: Role) -> Option<Stage> {
+    Stage::ALL.into_iter().find(|s| s.spec().role == Some(role))
+}

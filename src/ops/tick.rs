@@ -1,0 +1,373 @@
+//! `orch tick` — one scheduler pass (SPEC §4.3): tick lock, reap dead supervisors, reclaim dead
+//! leases, reconcile stuck tasks whose gate already decided, claim and launch detached
+//! supervisors, drain the outbox (a hook for now). Each step is isolated: one bad task is logged
+//! and skipped, the pass goes on. `--plan` computes the same and changes nothing.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::Ctx;
+use crate::db::{self, jobs::JobRow, tasks::TaskRow};
+use crate::domain::gate::{self, GateResult};
+use crate::domain::ids::{TaskRef, WorkItem};
+use crate::domain::liveness::{Liveness, ProcIdentity};
+use crate::domain::stage::{JobStatus, Stage};
+use crate::ext::lock::FileLock;
+use crate::ext::{proc, sys};
+use crate::ops::advance::{self, Actor, Request};
+use crate::ops::{claim, gather, job};
+
+#[derive(Debug, Default, Serialize)]
+pub struct TickReport {
+    pub schema_version: u32,
+    pub plan: bool,
+    pub skipped: Option<String>,
+    pub reaped: u32,
+    pub reclaimed: u32,
+    pub reconciled: u32,
+    pub launched: u32,
+    pub running: u32,
+    pub max_concurrency: u32,
+    pub queued: u32,
+    /// One line per action taken (or, with `--plan`, that would be taken), with its reason.
+    pub actions: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+impl TickReport {
+    pub fn summary(&self) -> String {
+        format!(
+            "tick: reaped {}, reclaimed {}, reconciled {}, launched {}, running {}/{}, queued {}",
+            self.reaped,
+            self.reclaimed,
+            self.reconciled,
+            self.launched,
+            self.running,
+            self.max_concurrency,
+            self.queued
+        )
+    }
+}
+
+fn supervisor_of(j: &JobRow) -> Option<ProcIdentity> {
+    Some(ProcIdentity {
+        pid: j.supervisor_pid? as i32,
+        start_time: j.supervisor_start? as u64,
+        boot_id: j.supervisor_boot.clone().unwrap_or_default(),
+    })
+}
+
+fn agent_of(j: &JobRow) -> Option<ProcIdentity> {
+    Some(ProcIdentity {
+        pid: j.agent_pgid? as i32,
+        start_time: j.agent_start? as u64,
+        boot_id: j.supervisor_boot.clone().unwrap_or_default(),
+    })
+}
+
+/// A running job whose supervisor was never recorded gets this long to record itself.
+const LAUNCH_GRACE_S: i64 = 60;
+
+pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
+    let mut rep = TickReport {
+        schema_version: 1,
+        plan,
+        max_concurrency: ctx.config.max_concurrency,
+        ..TickReport::default()
+    };
+    let lock_path = ctx.config.state_dir.join("tick.lock");
+    let _lock = if plan {
+        None
+    } else {
+        match FileLock::try_acquire(&lock_path)? {
+            Some(l) => Some(l),
+            None => {
+                let pid = crate::ext::lock::holder_pid(&lock_path)
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "?".into());
+                rep.skipped = Some(format!("another tick is running (pid {pid})"));
+                return Ok(rep);
+            }
+        }
+    };
+    let mut step = |name: &str, r: Result<()>| {
+        if let Err(e) = r {
+            warn!("tick {name}: {e:#}");
+            rep.errors.push(format!("{name}: {e:#}"));
+        }
+    };
+    let mut reap_rep = Vec::new();
+    let mut n = 0;
+    step("reap", reap(ctx, plan, &mut n, &mut reap_rep));
+    let mut reclaim_rep = Vec::new();
+    let mut m = 0;
+    step("reclaim", reclaim(ctx, plan, &mut m, &mut reclaim_rep));
+    let mut rec_rep = Vec::new();
+    let mut k = 0;
+    step("reconcile", reconcile(ctx, plan, &mut k, &mut rec_rep));
+    let mut launch_rep = Vec::new();
+    let mut l = 0;
+    step("launch", launch(ctx, plan, &mut l, &mut launch_rep));
+    rep.reaped = n;
+    rep.reclaimed = m;
+    rep.reconciled = k;
+    rep.launched = l;
+    rep.actions.extend(reap_rep);
+    rep.actions.extend(reclaim_rep);
+    rep.actions.extend(rec_rep);
+    rep.actions.extend(launch_rep);
+    // The outbox (SPEC §9) is drained here once outbound integrations exist.
+    let live = db::jobs::live(ctx.db.conn())?;
+    rep.running = live
+        .iter()
+        .filter(|j| j.status == JobStatus::Running)
+        .count() as u32;
+    rep.queued = live
+        .iter()
+        .filter(|j| j.status == JobStatus::Queued)
+        .count() as u32;
+    Ok(rep)
+}
+
+/// Step 2: finalise running jobs whose supervisor is gone (or that ran past the cap).
+fn reap(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()> {
+    let running: Vec<JobRow> = db::jobs::live(ctx.db.conn())?
+        .into_iter()
+        .filter(|j| j.status == JobStatus::Running)
+        .collect();
+    let cap = ctx.config.scheduler.reaper_max_running_s as i64;
+    for j in running {
+        let age = ctx.now - j.started_at.unwrap_or(ctx.now);
+        let sup = supervisor_of(&j);
+        let dead = match &sup {
+            Some(s) => match sys::is_live(s) {
+                Liveness::Alive => None,
+                Liveness::Dead(r) => Some(r.display(s.pid).to_string()),
+            },
+            None if age > LAUNCH_GRACE_S => Some("no supervisor was ever recorded".into()),
+            None => None,
+        };
+        let overdue = age > cap;
+        let why = match (dead, overdue) {
+            (Some(d), _) => format!("supervisor dead: {d}"),
+            (None, true) => {
+                // Past the cap even a live lease owner is overruled.
+                format!("running {age}s, over reaper_max_running_s {cap}")
+            }
+            (None, false) => continue,
+        };
+        if !overdue
+            && let Some(l) = db::leases::transition_get(ctx.db.conn(), j.task_id)?
+            && sys::is_live(&l.owner).is_alive()
+        {
+            continue;
+        }
+        out.push(format!("reap job {} ({}): {why}", j.id.0, j.role));
+        *n += 1;
+        if plan {
+            continue;
+        }
+        // Two agents must never work one worktree: kill what is left before re-queueing.
+        for who in [agent_of(&j), if overdue { sup.clone() } else { None }]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(e) = sys::terminate_group(&who, Duration::from_secs(5)) {
+                warn!("could not stop process group {}: {e:#}", who.pid);
+            }
+        }
+        if overdue {
+            ctx.db
+                .write(|tx| db::leases::transition_delete(tx, j.task_id).map(|_| ()))?;
+        }
+        let task = db::tasks::get(ctx.db.conn(), j.task_id)?;
+        if j.exit_code == Some(0) {
+            let done = ctx.db.write(|tx| {
+                db::jobs::finish(tx, j.id, j.attempts, JobStatus::Done, None, ctx.now)
+            })?;
+            if done {
+                try_advance(ctx, &task, &j, Actor::Tick);
+            }
+        } else {
+            job::retry_or_fail(ctx, &j, j.attempts, &task, &format!("reaped: {why}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn try_advance(ctx: &Ctx, task: &TaskRow, j: &JobRow, actor: Actor) -> Option<advance::Report> {
+    let req = Request {
+        task: TaskRef::WorkItem(WorkItem::parse(&task.base_work_item).ok()?),
+        expect_stage: Some(j.stage),
+        as_role: None,
+        to: None,
+        dry_run: false,
+        actor,
+    };
+    match advance::advance(ctx, &req) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            warn!(work_item = %task.work_item, "advance failed: {e:#}");
+            None
+        }
+    }
+}
+
+/// Step 3: delete lease rows whose owner is dead.
+fn reclaim(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()> {
+    let c = ctx.db.conn();
+    for l in crate::ops::lease::view(db::leases::transition_all(c)?) {
+        if let Liveness::Dead(r) = l.liveness {
+            out.push(format!(
+                "reclaim transition lease of {}: {}",
+                l.row.work_item.as_deref().unwrap_or("?"),
+                r.display(l.row.owner.pid)
+            ));
+            *n += 1;
+            if !plan && let Some(t) = l.row.task_id {
+                ctx.db
+                    .write(|tx| db::leases::transition_delete_if_owner(tx, t, &l.row.owner))?;
+            }
+        }
+    }
+    for l in crate::ops::lease::view(db::leases::merge_all(c)?) {
+        if let Liveness::Dead(r) = l.liveness {
+            out.push(format!(
+                "reclaim merge lease of repo {}: {}",
+                l.row.repo,
+                r.display(l.row.owner.pid)
+            ));
+            *n += 1;
+            if !plan {
+                ctx.db
+                    .write(|tx| db::leases::merge_delete(tx, &l.row.repo))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Step 4: a task with no live job, unchanged past its grace period, whose gate has already
+/// decided (a lost webhook, a supervisor that died between finishing and advancing) is
+/// advanced. Never `analysis` (a human gate), never after a `failed` job, silent when the gate
+/// is not satisfied.
+fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()> {
+    let c = ctx.db.conn();
+    let live = db::jobs::live(c)?;
+    let grace = ctx.config.scheduler.reconcile_grace_s as i64;
+    for t in db::tasks::active(c)? {
+        if t.stage == Stage::Analysis
+            || t.stage == Stage::Created
+            || t.paused_at.is_some()
+            || t.blocked_at.is_some()
+            || t.held_at.is_some()
+            || ctx.now - t.stage_entered_at < grace
+            || live.iter().any(|j| j.task_id == t.id)
+        {
+            continue;
+        }
+        if db::jobs::last_for_stage(c, t.id, t.stage)?
+            .is_some_and(|j| j.status == JobStatus::Failed)
+        {
+            continue;
+        }
+        let Some(repo) = ctx.config.repo(&t.repo) else {
+            continue;
+        };
+        let verdict = gather::open(ctx, &t, repo)
+            .and_then(|view| gather::facts(ctx, &t, repo, &view))
+            .map(|f| gate::evaluate(t.stage, &f));
+        let decided = match verdict {
+            Ok(GateResult::Pass(r)) => format!("gate green: {r}"),
+            Ok(GateResult::Fail { reason, .. }) => format!("verdict written: {reason}"),
+            Ok(GateResult::NotSatisfied(_)) => continue,
+            Err(e) => {
+                warn!(work_item = %t.work_item, "reconcile could not read the gate: {e:#}");
+                continue;
+            }
+        };
+        out.push(format!(
+            "reconcile {} in {}: {decided}",
+            t.work_item, t.stage
+        ));
+        *n += 1;
+        if plan {
+            continue;
+        }
+        let req = Request {
+            task: TaskRef::WorkItem(match WorkItem::parse(&t.base_work_item) {
+                Ok(w) => w,
+                Err(_) => continue,
+            }),
+            expect_stage: Some(t.stage),
+            as_role: None,
+            to: None,
+            dry_run: false,
+            actor: Actor::Reconciler,
+        };
+        if let Err(e) = advance::advance(ctx, &req) {
+            warn!(work_item = %t.work_item, "reconcile advance failed: {e:#}");
+        }
+    }
+    Ok(())
+}
+
+/// Step 5: claim and hand each job to a detached supervisor `orch job run <id>`.
+fn launch(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()> {
+    let claimed = claim::claim(ctx, plan)?;
+    for c in claimed {
+        out.push(format!("launch job {} (attempt {})", c.job.0, c.attempt));
+        *n += 1;
+        if plan {
+            continue;
+        }
+        let exe = std::env::current_exe()?;
+        let mut argv: Vec<OsString> = vec![exe.into_os_string()];
+        if let Some(f) = &ctx.config.file {
+            argv.push("--config".into());
+            argv.push(f.clone().into_os_string());
+        }
+        argv.push("--state-dir".into());
+        argv.push(ctx.config.state_dir.clone().into_os_string());
+        argv.extend(["job".into(), "run".into(), c.job.0.to_string().into()]);
+        let log = ctx
+            .config
+            .state_dir
+            .join("logs")
+            .join(format!("job-{}.log", c.job.0));
+        match proc::spawn_detached(&argv, &log) {
+            Ok(s) => {
+                let boot = sys::boot_id().unwrap_or_default();
+                ctx.db.write(|tx| {
+                    db::jobs::set_supervisor(
+                        tx,
+                        c.job,
+                        c.attempt,
+                        s.pgid as i64,
+                        s.start_time as i64,
+                        &boot,
+                    )
+                })?;
+                info!(job = c.job.0, pid = s.pgid, "launched supervisor");
+            }
+            Err(e) => {
+                warn!("could not launch job {}: {e:#}", c.job.0);
+                ctx.db.write(|tx| {
+                    db::jobs::requeue(
+                        tx,
+                        c.job,
+                        c.attempt,
+                        ctx.now + 30,
+                        &format!("launch failed: {e:#}"),
+                        true,
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
