@@ -226,6 +226,9 @@ pub struct SchedulerCfg {
     pub reaper_max_running_s: u64,
     #[serde(default = "default_grace")]
     pub reconcile_grace_s: u64,
+    /// Base of the retry backoff of a failed attempt: `min(base · 2^(n−1), 1 h)`.
+    #[serde(default = "default_retry_backoff")]
+    pub retry_backoff_s: u64,
 }
 
 impl Default for SchedulerCfg {
@@ -233,6 +236,7 @@ impl Default for SchedulerCfg {
         SchedulerCfg {
             reaper_max_running_s: default_reaper_max(),
             reconcile_grace_s: default_grace(),
+            retry_backoff_s: default_retry_backoff(),
         }
     }
 }
@@ -291,6 +295,9 @@ fn default_reaper_max() -> u64 {
 }
 fn default_grace() -> u64 {
     120
+}
+fn default_retry_backoff() -> u64 {
+    60
 }
 
 impl Config {

@@ -140,13 +140,13 @@ pub fn is_usage_limit(result: Option<&AgentResult>, output_tail: &str) -> bool {
         || said(output_tail)
 }
 
-/// Retry delay after failed attempt `n` (1-based): `min(60 s · 2^(n−1), 1 h)` plus up to 10 %
-/// jitter derived from `seed` (so callers stay deterministic in tests).
-pub fn backoff_s(n: u32, seed: u64) -> i64 {
-    let base = 60i64
+/// Retry delay after failed attempt `n` (1-based): `min(base · 2^(n−1), 1 h)` plus up to 10 %
+/// jitter derived from `seed` (so callers stay deterministic in tests). SPEC §4.4's base is 60 s.
+pub fn backoff_s(base: u64, n: u32, seed: u64) -> i64 {
+    let delay = (base as i64)
         .saturating_mul(1i64 << n.saturating_sub(1).min(20))
         .min(3600);
-    base + (seed % (base as u64 / 10 + 1)) as i64
+    delay + (seed % (delay as u64 / 10 + 1)) as i64
 }
 
 #[cfg(test)]
@@ -242,9 +242,10 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        assert_eq!(backoff_s(1, 0), 60);
-        assert_eq!(backoff_s(2, 0), 120);
-        assert_eq!(backoff_s(10, 0), 3600);
-        assert!(backoff_s(1, 999) <= 66);
+        assert_eq!(backoff_s(60, 1, 0), 60);
+        assert_eq!(backoff_s(60, 2, 0), 120);
+        assert_eq!(backoff_s(60, 10, 0), 3600);
+        assert!(backoff_s(60, 1, 999) <= 66);
+        assert_eq!(backoff_s(1, 1, 7), 1);
     }
 }

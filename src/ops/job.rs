@@ -573,6 +573,7 @@ pub fn retry_or_fail(
     let now = crate::now();
     if attempt < job.max_attempts {
         let delay = agent::backoff_s(
+            ctx.config.scheduler.retry_backoff_s,
             attempt,
             (now as u64) ^ (job.id.0 as u64).wrapping_mul(2654435761),
         );

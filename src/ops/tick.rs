@@ -260,6 +260,10 @@ fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Resul
     let live = db::jobs::live(c)?;
     let grace = ctx.config.scheduler.reconcile_grace_s as i64;
     for t in db::tasks::active(c)? {
+        if t.cancel_requested_at.is_some() {
+            apply_requested_cancel(ctx, plan, &t, n, out)?;
+            continue;
+        }
         if t.stage == Stage::Analysis
             || t.stage == Stage::Created
             || t.paused_at.is_some()
@@ -312,6 +316,32 @@ fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Resul
         if let Err(e) = advance::advance(ctx, &req) {
             warn!(work_item = %t.work_item, "reconcile advance failed: {e:#}");
         }
+    }
+    Ok(())
+}
+
+/// A cancel requested during an irreversible step (SPEC §3.6) applies once no live owner holds
+/// the task's transition lease any more.
+fn apply_requested_cancel(
+    ctx: &Ctx,
+    plan: bool,
+    t: &TaskRow,
+    n: &mut u32,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    if let Some(l) = db::leases::transition_get(ctx.db.conn(), t.id)?
+        && sys::is_live(&l.owner).is_alive()
+    {
+        return Ok(());
+    }
+    out.push(format!("apply the requested cancel of {}", t.work_item));
+    *n += 1;
+    if !plan {
+        crate::ops::task::cancel(
+            ctx,
+            &t.work_item,
+            Some("cancel requested earlier, applied by tick"),
+        )?;
     }
     Ok(())
 }
