@@ -111,6 +111,8 @@ pub enum Command {
     /// Jobs (the supervisor)
     #[command(subcommand)]
     Job(JobCmd),
+    /// Check config, database, git, agent command, repo remotes, services, unit files
+    Doctor,
     /// Build a throwaway world and drive one task from created to done with real ticks
     Demo {
         /// Where to build the world (kept)

@@ -143,6 +143,7 @@ fn dispatch(cli: Cli) -> Result<Code> {
         Command::Report(r) => cmd::report::run(&mut ctx, r),
         Command::Tick { plan } => cmd::tick::run(&mut ctx, plan),
         Command::Job(j) => cmd::job::run(&mut ctx, j),
+        Command::Doctor => cmd::doctor::run(&mut ctx),
         Command::Demo { .. } => unreachable!("handled before the context is built"),
     }
 }

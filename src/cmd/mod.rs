@@ -6,6 +6,7 @@ pub mod approve;
 pub mod cancel;
 pub mod confirm_deploy;
 pub mod demo;
+pub mod doctor;
 pub mod freeze;
 pub mod init;
 pub mod job;

@@ -103,7 +103,20 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
                     format!("job {} was claimed by someone else", id.0),
                 )
             })?,
-        JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {
+        // A failed job is a human's to re-run once the cause is fixed: it gets one more attempt.
+        JobStatus::Failed => {
+            let task = db::tasks::get(ctx.db.conn(), job.task_id)?;
+            if task.stage != job.stage {
+                return Err(usage(format!(
+                    "job {} is for `{}` but `{}` is in `{}` now; nothing to re-run",
+                    id.0, job.stage, task.work_item, task.stage
+                )));
+            }
+            ctx.db
+                .write(|tx| db::jobs::rerun_failed(tx, id, ctx.now))?
+                .ok_or_else(|| exit(Code::Busy, format!("job {} changed meanwhile; look again", id.0)))?
+        }
+        JobStatus::Done | JobStatus::Cancelled => {
             return Err(usage(format!(
                 "job {} is already `{}`; nothing to run",
                 id.0, job.status

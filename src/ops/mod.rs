@@ -4,6 +4,7 @@
 pub mod advance;
 pub mod claim;
 pub mod demo;
+pub mod doctor;
 pub mod gather;
 pub mod job;
 pub mod lease;

@@ -1,0 +1,244 @@
+//! `orch doctor` against a temp world: a healthy setup is all ok (the units aside, which a test
+//! host does not have), and each broken piece — a remote that is gone, an agent that is not
+//! installed, a service token that is not set — fails or warns naming the culprit, never a secret.
+
+mod common;
+
+use std::path::Path;
+
+use common::World;
+use serde_json::Value;
+
+fn stub_agent() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts/stub-agent")
+        .display()
+        .to_string()
+}
+
+/// Append top-level keys to the world's config.
+fn append_config(w: &World, yaml: &str) {
+    let mut text = std::fs::read_to_string(&w.config).unwrap();
+    text.push_str(yaml);
+    std::fs::write(&w.config, text).unwrap();
+}
+
+fn with_agent(w: &World, argv0: &str) {
+    append_config(w, &format!("agent:\n  argv: [{argv0:?}, \"--print\"]\n"));
+}
+
+fn check<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["checks"]
+        .as_array()
+        .expect("checks is an array")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check `{name}` in {doc:#}"))
+}
+
+fn status<'a>(doc: &'a Value, name: &str) -> &'a str {
+    check(doc, name)["status"].as_str().unwrap()
+}
+
+fn detail<'a>(doc: &'a Value, name: &str) -> &'a str {
+    check(doc, name)["detail"].as_str().unwrap()
+}
+
+/// The units check depends on the host: ok where orch is installed, a warning elsewhere.
+fn units_expected() -> &'static str {
+    let dir = Path::new("/etc/systemd/system");
+    if dir.join("orch-tick.timer").is_file() && dir.join("orch-tick.service").is_file() {
+        "ok"
+    } else {
+        "warn"
+    }
+}
+
+#[test]
+fn a_healthy_world_is_all_ok_but_the_units() {
+    let w = World::with_repo_extra("tests: { argv: [\"sh\", \"test.sh\"] }\nci: { mode: none }");
+    with_agent(&w, &stub_agent());
+    let r = w.ok(&["doctor", "--json"], 0);
+    let doc = r.json();
+    assert_eq!(doc["schema_version"], 1);
+    for name in [
+        "config",
+        "state_dir",
+        "repos_dir",
+        "database",
+        "git",
+        "agent",
+        "repo.shop.remote",
+        "repo.shop.main",
+        "repo.shop.tests",
+    ] {
+        assert_eq!(status(&doc, name), "ok", "{name}: {}", detail(&doc, name));
+    }
+    for c in doc["checks"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        match name {
+            "units" => assert_eq!(c["status"], units_expected(), "{c}"),
+            // Present only where /etc/orch/secrets.env exists: a fact of the host, not the world.
+            "secrets_file" => {}
+            _ => assert_eq!(c["status"], "ok", "{c}"),
+        }
+    }
+    if units_expected() == "warn" {
+        assert!(
+            detail(&doc, "units").contains("units not installed (scripts/install.sh)"),
+            "{doc:#}"
+        );
+    }
+    assert!(
+        detail(&doc, "config").contains(&w.config.display().to_string()),
+        "{doc:#}"
+    );
+    assert!(
+        detail(&doc, "repo.shop.main").starts_with("`main` at "),
+        "{doc:#}"
+    );
+
+    // Without --json: one line per check, status first.
+    let r = w.ok(&["doctor"], 0);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        doc["checks"].as_array().unwrap().len(),
+        "{r:?}"
+    );
+    assert!(lines[0].starts_with("ok   config  "), "{r:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ok   repo.shop.remote ")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_remote_that_is_gone_fails_and_exits_1() {
+    let w = World::new();
+    with_agent(&w, &stub_agent());
+    let gone = w.dir.path().join("no-such-remote.git");
+    let text = std::fs::read_to_string(&w.config)
+        .unwrap()
+        .replace(&w.remote.display().to_string(), &gone.display().to_string());
+    std::fs::write(&w.config, text).unwrap();
+
+    let r = w.ok(&["doctor", "--json"], 1);
+    let doc = r.json();
+    assert_eq!(status(&doc, "repo.shop.remote"), "fail");
+    let d = detail(&doc, "repo.shop.remote");
+    assert!(d.contains(&gone.display().to_string()), "{d}");
+    assert!(d.contains("does not appear to be a git repository"), "{d}");
+    assert_eq!(status(&doc, "agent"), "ok");
+
+    let r = w.ok(&["doctor"], 1);
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("fail repo.shop.remote ")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_main_branch_missing_on_the_remote_fails() {
+    let w = World::with_repo_extra("main: trunk");
+    with_agent(&w, &stub_agent());
+    let doc = w.ok(&["doctor", "--json"], 1).json();
+    assert_eq!(status(&doc, "repo.shop.remote"), "ok");
+    assert_eq!(status(&doc, "repo.shop.main"), "fail");
+    let d = detail(&doc, "repo.shop.main");
+    assert!(
+        d.contains("no branch `trunk`") && d.contains("it has main"),
+        "{d}"
+    );
+}
+
+#[test]
+fn an_agent_not_on_path_fails_naming_it() {
+    let w = World::new();
+    with_agent(&w, "no-such-agent-xyz");
+    let r = w.ok(&["doctor", "--json"], 1);
+    let doc = r.json();
+    assert_eq!(status(&doc, "agent"), "fail");
+    let d = detail(&doc, "agent");
+    assert!(d.contains("`no-such-agent-xyz` not found on PATH"), "{d}");
+    assert!(d.contains("agent.argv"), "{d}");
+    // The other checks still ran.
+    assert_eq!(status(&doc, "repo.shop.main"), "ok");
+}
+
+#[test]
+fn a_test_contract_program_that_is_missing_fails() {
+    let w = World::with_repo_extra("tests: { argv: [\"no-such-runner-xyz\"] }");
+    with_agent(&w, &stub_agent());
+    let doc = w.ok(&["doctor", "--json"], 1).json();
+    assert_eq!(status(&doc, "repo.shop.tests"), "fail");
+    assert!(
+        detail(&doc, "repo.shop.tests").contains("`no-such-runner-xyz`"),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn an_unset_tracker_token_is_named_and_no_secret_is_printed() {
+    const TOKEN: &str = "ORCH_DOCTOR_TEST_PLANE_TOKEN";
+    const SECRET: &str = "ORCH_DOCTOR_TEST_PLANE_WEBHOOK_SECRET";
+    const VALUE: &str = "s3cr3t-value-never-printed";
+    let w = World::new();
+    with_agent(&w, &stub_agent());
+    append_config(
+        &w,
+        &format!(
+            "tracker: {{ kind: plane, base_url: \"http://127.0.0.1:9\", workspace: team, \
+             token_env: {TOKEN}, webhook_secret_env: {SECRET} }}\n"
+        ),
+    );
+    for json in [true, false] {
+        let mut cmd = w.orch_cmd(if json {
+            &["doctor", "--json"]
+        } else {
+            &["doctor"]
+        });
+        cmd.env_remove(TOKEN).env(SECRET, VALUE);
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stdout.contains(VALUE) && !stderr.contains(VALUE),
+            "a secret was printed:\n{stdout}\n{stderr}"
+        );
+        if json {
+            let doc: Value = serde_json::from_str(&stdout).unwrap();
+            let token = check(&doc, "tracker.token_env");
+            assert!(
+                token["status"] == "warn" || token["status"] == "fail",
+                "{token}"
+            );
+            assert!(
+                detail(&doc, "tracker.token_env").contains(&format!("`{TOKEN}`")),
+                "{doc:#}"
+            );
+            assert_eq!(status(&doc, "tracker.webhook_secret_env"), "ok");
+            assert_eq!(
+                detail(&doc, "tracker.webhook_secret_env"),
+                format!("`{SECRET}` is set")
+            );
+            let failed = doc["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["status"] == "fail");
+            assert_eq!(out.status.code(), Some(if failed { 1 } else { 0 }));
+        } else {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.contains("tracker.token_env") && l.contains(TOKEN)),
+                "{stdout}"
+            );
+        }
+    }
+}
