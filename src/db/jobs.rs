@@ -186,17 +186,16 @@ pub fn claim(c: &Connection, id: JobId, now: Ts) -> Result<Option<u32>> {
 /// Re-run a failed job by hand: `failed → running` with one more attempt allowed.
 pub fn rerun_failed(c: &Connection, id: JobId, now: Ts) -> Result<Option<u32>> {
     use rusqlite::OptionalExtension;
-    Ok(c
-        .query_row(
-            "UPDATE jobs SET status = 'running', attempts = attempts + 1, \
+    Ok(c.query_row(
+        "UPDATE jobs SET status = 'running', attempts = attempts + 1, \
              max_attempts = max(max_attempts, attempts + 1), started_at = ?1, finished_at = NULL, \
              exit_code = NULL, error = NULL, supervisor_pid = NULL, supervisor_start = NULL, \
              supervisor_boot = NULL, agent_pgid = NULL, agent_start = NULL \
              WHERE id = ?2 AND status = 'failed' RETURNING attempts",
-            params![now, id.0],
-            |r| r.get(0),
-        )
-        .optional()?)
+        params![now, id.0],
+        |r| r.get(0),
+    )
+    .optional()?)
 }
 
 /// Record the supervisor of an attempt (fenced on the attempt).

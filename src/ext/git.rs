@@ -158,6 +158,21 @@ impl Git {
         })
     }
 
+    /// Like `lock`, but `None` at once when another process holds it (for the tick, which
+    /// must never wait behind a supervisor's clone or fetch).
+    pub fn try_lock(&self, name: &str) -> Result<Option<RepoLock>> {
+        check_repo_name(name)?;
+        fs::create_dir_all(&self.repos_dir)
+            .with_context(|| format!("creating {}", self.repos_dir.display()))?;
+        let path = self.repos_dir.join(format!("{name}.lock"));
+        let file = FileLock::try_acquire(&path).with_context(|| format!("locking repo {name}"))?;
+        Ok(file.map(|f| RepoLock {
+            _file: f,
+            repos_dir: self.repos_dir.clone(),
+            name: name.to_owned(),
+        }))
+    }
+
     /// Make sure `<repos_dir>/<name>` is a clone of `repo.remote` with the
     /// standard fetch refspec. A new clone is made in `_tmp/` and renamed
     /// into place, so the final path never holds a half clone. Idempotent;

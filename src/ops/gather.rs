@@ -89,12 +89,32 @@ impl GitView {
 /// Lock, fetch, fast-forward, and pick the source for `task`.
 pub fn open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
     let git = Git::new(&ctx.config.repos_dir);
+    let lock = git.lock(&repo.name)?;
+    open_locked(ctx, task, repo, git, lock)
+}
+
+/// Like `open`, but `None` at once when the repo lock is busy (the tick skips the task for this
+/// pass instead of waiting behind a supervisor's git work).
+pub fn try_open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
+    let git = Git::new(&ctx.config.repos_dir);
+    match git.try_lock(&repo.name)? {
+        Some(lock) => open_locked(ctx, task, repo, git, lock).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn open_locked(
+    _ctx: &Ctx,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    git: Git,
+    lock: RepoLock,
+) -> Result<GitView> {
     let r = RepoRef {
         name: &repo.name,
         remote: &repo.remote,
         main: &repo.main,
     };
-    let lock = git.lock(&repo.name)?;
     git.ensure_clone(&lock, &r)
         .with_context(|| format!("cloning repo `{}` from `{}`", repo.name, repo.remote))?;
     git.fetch(&lock, &r)

@@ -114,7 +114,12 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
             }
             ctx.db
                 .write(|tx| db::jobs::rerun_failed(tx, id, ctx.now))?
-                .ok_or_else(|| exit(Code::Busy, format!("job {} changed meanwhile; look again", id.0)))?
+                .ok_or_else(|| {
+                    exit(
+                        Code::Busy,
+                        format!("job {} changed meanwhile; look again", id.0),
+                    )
+                })?
         }
         JobStatus::Done | JobStatus::Cancelled => {
             return Err(usage(format!(

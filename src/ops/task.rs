@@ -57,9 +57,9 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
         ))
     })?;
     let title = req.title.trim();
-    if title.is_empty() || title.chars().any(char::is_control) || title.len() > 500 {
+    if title.is_empty() || title.chars().any(char::is_control) || title.len() > 16 * 1024 {
         return Err(usage(
-            "`--title` must be one non-empty line of at most 500 bytes",
+            "`--title` must be one non-empty line of at most 16 KiB",
         ));
     }
     let wi = match req.work_item {

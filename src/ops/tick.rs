@@ -274,21 +274,30 @@ fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Resul
         {
             continue;
         }
-        if db::jobs::last_for_stage(c, t.id, t.stage)?
-            .is_some_and(|j| j.status == JobStatus::Failed)
-        {
+        // Not after a failed job (a human decides), and not while the job that just finished
+        // may still be advancing on its own: its supervisor alive, or finished within the grace.
+        if db::jobs::last_for_stage(c, t.id, t.stage)?.is_some_and(|j| {
+            j.status == JobStatus::Failed
+                || j.finished_at.is_some_and(|f| ctx.now - f < grace)
+                || supervisor_of(&j).is_some_and(|s| sys::is_live(&s).is_alive())
+        }) {
             continue;
         }
         let Some(repo) = ctx.config.repo(&t.repo) else {
             continue;
         };
-        let verdict = gather::open(ctx, &t, repo)
-            .and_then(|view| gather::facts(ctx, &t, repo, &view))
-            .map(|f| gate::evaluate(t.stage, &f));
+        let verdict = gather::try_open(ctx, &t, repo).and_then(|view| match view {
+            Some(view) => {
+                gather::facts(ctx, &t, repo, &view).map(|f| Some(gate::evaluate(t.stage, &f)))
+            }
+            // Someone is working the repo right now: look again next pass.
+            None => Ok(None),
+        });
         let decided = match verdict {
-            Ok(GateResult::Pass(r)) => format!("gate green: {r}"),
-            Ok(GateResult::Fail { reason, .. }) => format!("verdict written: {reason}"),
-            Ok(GateResult::NotSatisfied(_)) => continue,
+            Ok(None) => continue,
+            Ok(Some(GateResult::Pass(r))) => format!("gate green: {r}"),
+            Ok(Some(GateResult::Fail { reason, .. })) => format!("verdict written: {reason}"),
+            Ok(Some(GateResult::NotSatisfied(_))) => continue,
             Err(e) => {
                 warn!(work_item = %t.work_item, "reconcile could not read the gate: {e:#}");
                 continue;

@@ -1,0 +1,1283 @@
+//! The scheduler end to end (SPEC §4, §5): real `orch tick` processes launch detached
+//! `orch job run` supervisors, which run the stub agent (`scripts/stub-agent`) in the task
+//! worktree, commit, push and advance. Failure knobs of the stub reach the agents through the
+//! environment of the tick (supervisors and agents inherit it). Every world is torn down with
+//! the processes it started, found by the unique `STUB_STATE_DIR` in their environment.
+
+mod common;
+
+use std::ops::Deref;
+use std::panic::Location;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Run, World, git};
+use serde_json::Value;
+
+/// How long a scenario may take before it is declared stuck (a loaded 2-core machine).
+const DEADLINE: Duration = Duration::from_secs(90);
+/// Pause between two ticks: polling, not a fixed wait.
+const TICK_EVERY: Duration = Duration::from_millis(200);
+
+/// Every knob the stub understands; none leaks in from the environment of `cargo test`.
+const STUB_KNOBS: [&str; 9] = [
+    "STUB_SLEEP",
+    "STUB_REQUEST_CHANGES_FIRST",
+    "STUB_TEST_FAIL_FIRST",
+    "STUB_EXIT",
+    "STUB_HANG",
+    "STUB_LINGER",
+    "STUB_USAGE_LIMIT",
+    "STUB_RUN_LOG",
+    "STUB_STATE_DIR",
+];
+
+fn stub_agent() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stub-agent")
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// In [`Cfg::extra_repos`]: the world's bare remote.
+const REMOTE: &str = "@REMOTE@";
+
+/// The config knobs a scenario changes.
+struct Cfg {
+    max_concurrency: u32,
+    inactivity_timeout_s: u64,
+    usage_limit_backoff_s: u64,
+    max_attempts: u32,
+    auto_approve: bool,
+    serial_gate: bool,
+    reconcile_grace_s: u64,
+    /// More entries under `repos:` (indented as list items); [`REMOTE`] stands for the remote.
+    extra_repos: String,
+}
+
+impl Default for Cfg {
+    fn default() -> Self {
+        Cfg {
+            max_concurrency: 2,
+            inactivity_timeout_s: 120,
+            usage_limit_backoff_s: 3,
+            max_attempts: 3,
+            auto_approve: true,
+            serial_gate: true,
+            reconcile_grace_s: 1,
+            extra_repos: String::new(),
+        }
+    }
+}
+
+/// A [`World`] whose config drives the stub agent. Dropping it kills every process the world
+/// started (supervisors, agents, their children), so a failed test leaves nothing running.
+struct Sched {
+    w: World,
+}
+
+impl Deref for Sched {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.w
+    }
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        for _ in 0..20 {
+            let left = world_pids(self);
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                // SAFETY: plain kill(2) of a process this world started (matched by its marker).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Sched {
+    fn new(cfg: Cfg) -> Sched {
+        let s = Sched { w: World::new() };
+        s.configure(&cfg);
+        s
+    }
+
+    fn configure(&self, c: &Cfg) {
+        let yaml = format!(
+            "state_dir: {state:?}\n\
+max_concurrency: {mc}\n\
+agent:\n  argv: [{stub:?}, \"--print\"]\n  inactivity_timeout_s: {inact}\n  usage_limit_backoff_s: {ulb}\n  max_attempts: {ma}\n\
+scheduler:\n  reconcile_grace_s: {grace}\n  retry_backoff_s: 1\n\
+repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gate: {sg}\n    default_labels: [{labels}]\n{extra}",
+            state = self.state_dir().display().to_string(),
+            mc = c.max_concurrency,
+            stub = stub_agent().display().to_string(),
+            inact = c.inactivity_timeout_s,
+            ulb = c.usage_limit_backoff_s,
+            ma = c.max_attempts,
+            remote = self.remote.display().to_string(),
+            sg = c.serial_gate,
+            grace = c.reconcile_grace_s,
+            labels = if c.auto_approve { "auto-approve" } else { "" },
+            extra = c
+                .extra_repos
+                .replace(REMOTE, &self.remote.display().to_string()),
+        );
+        std::fs::write(&self.config, yaml).unwrap();
+    }
+
+    /// The stub's counters; its path in a process's environment marks the process as ours.
+    fn stub_state(&self) -> PathBuf {
+        self.dir.path().join("stub-state")
+    }
+
+    /// `orch tick <args>` with the stub knobs in `env` (and only those).
+    fn tick_with(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
+        let mut a = vec!["tick"];
+        a.extend_from_slice(args);
+        let mut c = self.orch_cmd(&a);
+        for k in STUB_KNOBS {
+            c.env_remove(k);
+        }
+        c.env("STUB_STATE_DIR", self.stub_state());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("orch tick runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn tick(&self, env: &[(&str, &str)]) -> Run {
+        let r = self.tick_with(env, &[]);
+        assert_eq!(r.code, 0, "orch tick:\n{r:?}\n{}", self.diagnose());
+        r
+    }
+
+    fn show(&self, wi: &str) -> Value {
+        self.ok(&["task", "show", wi, "--json"], 0).json()
+    }
+
+    fn queue(&self) -> Value {
+        self.ok(&["queue", "--json"], 0).json()
+    }
+
+    fn stage_of(&self, wi: &str) -> String {
+        self.sql(&format!("SELECT stage FROM tasks WHERE work_item = '{wi}'"))
+    }
+
+    /// The jobs of a task, oldest first.
+    fn jobs(&self, wi: &str) -> Vec<Job> {
+        let rows = self.sql(&format!(
+            "SELECT j.id, j.role, j.status, j.attempts, j.max_attempts, \
+             coalesce(j.supervisor_pid, 0), coalesce(j.agent_pgid, 0), coalesce(j.agent_start, 0) \
+             FROM jobs j JOIN tasks t ON t.id = j.task_id WHERE t.work_item = '{wi}' ORDER BY j.id"
+        ));
+        rows.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                Job {
+                    id: f[0].parse().unwrap(),
+                    role: f[1].to_string(),
+                    status: f[2].to_string(),
+                    attempts: f[3].parse().unwrap(),
+                    max_attempts: f[4].parse().unwrap(),
+                    supervisor_pid: f[5].parse().unwrap(),
+                    agent_pgid: f[6].parse().unwrap(),
+                    agent_start: f[7].parse().unwrap(),
+                }
+            })
+            .collect()
+    }
+
+    /// The newest job of `role` for a task.
+    fn job(&self, wi: &str, role: &str) -> Option<Job> {
+        self.jobs(wi).into_iter().rev().find(|j| j.role == role)
+    }
+
+    fn job_error(&self, id: i64) -> String {
+        self.sql(&format!(
+            "SELECT coalesce(error, '') FROM jobs WHERE id = {id}"
+        ))
+    }
+
+    fn job_done(&self, wi: &str, role: &str) -> bool {
+        self.job(wi, role).is_some_and(|j| j.status == "done")
+    }
+
+    fn transitions_count(&self) -> String {
+        self.sql("SELECT count(*) FROM transitions")
+    }
+
+    /// Everything worth reading when a scenario is stuck: each task as `task show` has it, the
+    /// queue, and the tail of every job log.
+    fn diagnose(&self) -> String {
+        let mut s = String::new();
+        let wis = self.sql("SELECT work_item FROM tasks ORDER BY id");
+        for wi in wis.lines().filter(|l| !l.is_empty()) {
+            let r = self.orch(&["task", "show", wi, "--json"]);
+            s.push_str(&format!(
+                "\n=== orch task show {wi} --json\n{}\n",
+                tail(&r.stdout, 12_000)
+            ));
+        }
+        let q = self.orch(&["queue", "--json"]);
+        s.push_str(&format!("\n=== orch queue --json\n{}\n", q.stdout));
+        let logs = self.state_dir().join("logs");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&logs)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        for f in files {
+            let text = std::fs::read(&f).unwrap_or_default();
+            s.push_str(&format!(
+                "\n=== {}\n{}\n",
+                f.display(),
+                tail(&String::from_utf8_lossy(&text), 4_000)
+            ));
+        }
+        s.push_str(&format!(
+            "\n=== live processes of this world: {:?}\n",
+            world_procs(self)
+        ));
+        s
+    }
+}
+
+#[derive(Debug, Clone)]
+#[allow(dead_code)]
+struct Job {
+    id: i64,
+    role: String,
+    status: String,
+    attempts: i64,
+    max_attempts: i64,
+    supervisor_pid: i32,
+    agent_pgid: i32,
+    agent_start: u64,
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    if s.len() <= n {
+        return s;
+    }
+    let mut i = s.len() - n;
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
+
+/// Run `orch tick` (with the stub knobs `env`) every [`TICK_EVERY`] until `pred` holds; panic
+/// with the tasks, the queue and the job logs when `deadline` passes first. Returns the
+/// stdout of every tick, in order.
+#[track_caller]
+fn tick_until(
+    w: &Sched,
+    env: &[(&str, &str)],
+    mut pred: impl FnMut(&Sched) -> bool,
+    deadline: Duration,
+) -> String {
+    let caller = Location::caller();
+    let started = Instant::now();
+    let mut out = String::new();
+    let mut ticks = 0;
+    loop {
+        let r = w.tick_with(env, &[]);
+        ticks += 1;
+        assert_eq!(
+            r.code,
+            0,
+            "{caller}: tick {ticks} failed:\n{r:?}\n{}",
+            w.diagnose()
+        );
+        out.push_str(&r.stdout);
+        if pred(w) {
+            return out;
+        }
+        if started.elapsed() > deadline {
+            panic!(
+                "{caller}: the condition did not hold after {ticks} ticks in {deadline:?}\n\
+                 --- tick output\n{out}\n{}",
+                w.diagnose()
+            );
+        }
+        std::thread::sleep(TICK_EVERY);
+    }
+}
+
+/// Poll `pred` (no ticks) until it holds or `deadline` passes.
+#[track_caller]
+fn wait_until(w: &Sched, what: &str, mut pred: impl FnMut(&Sched) -> bool, deadline: Duration) {
+    let caller = Location::caller();
+    let started = Instant::now();
+    while !pred(w) {
+        if started.elapsed() > deadline {
+            panic!(
+                "{caller}: {what}: not reached in {deadline:?}\n{}",
+                w.diagnose()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ------------------------------------------------------------------------------ processes
+
+/// (state, process group, start time) from `/proc/<pid>/stat`.
+fn stat_of(pid: i32) -> Option<(char, i32, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
+    let state = rest.first()?.chars().next()?;
+    let pgrp = rest.get(5 - 3)?.parse().ok()?;
+    let start = rest.get(22 - 3)?.parse().ok()?;
+    Some((state, pgrp, start))
+}
+
+fn is_zombie(state: char) -> bool {
+    matches!(state, 'Z' | 'X' | 'x')
+}
+
+/// Whether the process recorded as (pid, start time) still runs (not gone, reused or a zombie).
+fn alive(pid: i32, start: u64) -> bool {
+    stat_of(pid).is_some_and(|(st, _, s)| s == start && !is_zombie(st))
+}
+
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Every running (non-zombie) process that belongs to this world: its cwd is inside the world's
+/// tempdir, or its environment carries the world's `STUB_STATE_DIR`. Never ourselves.
+fn world_pids(w: &World) -> Vec<i32> {
+    let root = w
+        .dir
+        .path()
+        .canonicalize()
+        .unwrap_or_else(|_| w.dir.path().to_path_buf());
+    let marker = format!(
+        "STUB_STATE_DIR={}",
+        w.dir.path().join("stub-state").display()
+    );
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        match stat_of(pid) {
+            Some((st, _, _)) if !is_zombie(st) => {}
+            _ => continue,
+        }
+        let in_world = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| cwd.starts_with(&root) || cwd.starts_with(w.dir.path()));
+        let marked = std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()));
+        if in_world || marked {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn world_procs(w: &World) -> Vec<String> {
+    world_pids(w)
+        .into_iter()
+        .map(|p| format!("{p}: {}", cmdline(p)))
+        .collect()
+}
+
+// ------------------------------------------------------------------------------ the tests
+
+#[test]
+fn ticks_alone_drive_a_task_to_done() {
+    let w = Sched::new(Cfg::default());
+    let main_before = git(&w.remote, &["rev-parse", "refs/heads/main"]);
+    let wi = w.add("Add a health endpoint", &[]);
+    let branch = w.branch_of(&wi);
+
+    tick_until(&w, &[], |w| w.stage_of(&wi) == "done", DEADLINE);
+
+    let v = w.show(&wi);
+    let hist: Vec<(String, String, String, String)> = v["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let s = |k: &str| t[k].as_str().unwrap_or_default().to_string();
+            (s("from"), s("to"), s("actor"), s("outcome"))
+        })
+        .collect();
+    let hops: Vec<(&str, &str)> = hist
+        .iter()
+        .filter(|h| h.0 != h.1)
+        .map(|h| (h.0.as_str(), h.1.as_str()))
+        .collect();
+    assert_eq!(
+        hops,
+        [
+            ("created", "analysis"),
+            ("analysis", "architecture"),
+            ("architecture", "development"),
+            ("development", "review"),
+            ("review", "testing"),
+            ("testing", "deploy-staging"),
+            ("deploy-staging", "deploy"),
+            ("deploy", "done"),
+        ],
+        "history: {hist:#?}"
+    );
+    for h in hist.iter().filter(|h| h.0 != h.1 && h.0 != "created") {
+        assert_eq!(
+            (h.2.as_str(), h.3.as_str()),
+            ("supervisor", "advanced"),
+            "every hop after `created` is the supervisor's advance: {h:?}\n{hist:#?}"
+        );
+    }
+
+    // One job per agent stage, each run once; one agent run per job with the stub's usage.
+    let jobs = w.jobs(&wi);
+    let roles: Vec<&str> = jobs.iter().map(|j| j.role.as_str()).collect();
+    assert_eq!(
+        roles,
+        ["analyst", "architect", "developer", "reviewer", "tester"],
+        "{jobs:#?}"
+    );
+    for j in &jobs {
+        assert_eq!((j.status.as_str(), j.attempts), ("done", 1), "{j:?}");
+    }
+    let runs = w.sql(&format!(
+        "SELECT r.job_id, r.role, r.exit_code, r.input_tokens, r.output_tokens, \
+         coalesce(r.cache_read_tokens, 'NULL'), coalesce(r.cache_write_tokens, 'NULL'), \
+         r.cost_usd, r.session_id \
+         FROM agent_runs r JOIN tasks t ON t.id = r.task_id WHERE t.work_item = '{wi}' ORDER BY r.id"
+    ));
+    let runs: Vec<Vec<String>> = runs
+        .lines()
+        .map(|l| l.split('|').map(String::from).collect())
+        .collect();
+    assert_eq!(runs.len(), jobs.len(), "one agent run per job: {runs:#?}");
+    // (role, input, output, cache read, cost) as scripts/stub-agent reports them.
+    let expect = [
+        ("analyst", "1200", "340", "0", 0.0123),
+        ("architect", "1500", "420", "200", 0.0151),
+        ("developer", "4200", "1800", "900", 0.0614),
+        ("reviewer", "2600", "520", "300", 0.0242),
+        ("tester", "2100", "380", "100", 0.0187),
+    ];
+    for ((r, j), (role, input, output, cache_r, cost)) in runs.iter().zip(&jobs).zip(expect) {
+        assert_eq!(r[0], j.id.to_string(), "{runs:#?}");
+        assert_eq!(r[1], role);
+        assert_eq!(r[2], "0", "exit code of {role}");
+        assert_eq!(r[3], input, "input_tokens of {role} (parsed, not NULL)");
+        assert_eq!(r[4], output, "output_tokens of {role}");
+        // The stub reports both cache fields (cache_creation as 0); a missing one would be NULL.
+        assert_eq!(r[5], cache_r, "cache_read_tokens of {role}");
+        assert_eq!(r[6], "0", "cache_write_tokens of {role}");
+        let c: f64 = r[7].parse().unwrap();
+        assert!((c - cost).abs() < 1e-9, "cost of {role}: {}", r[7]);
+        assert!(
+            r[8].starts_with(&format!("stub-{wi}-")),
+            "session id {}",
+            r[8]
+        );
+    }
+
+    // The work is on the task branch of the remote, committed as the roles; main is untouched.
+    let authors = git(&w.remote, &["log", "--format=%an", &branch]);
+    for role in ["analyst", "architect", "developer", "reviewer", "tester"] {
+        assert!(
+            authors.lines().any(|a| a == format!("orch-{role}")),
+            "no commit by orch-{role} on {branch}: {authors}"
+        );
+    }
+    assert_eq!(
+        git(&w.remote, &["rev-parse", "refs/heads/main"]),
+        main_before,
+        "main on the remote moved"
+    );
+    let code_file = format!("src/stub_{}.txt", wi.to_lowercase());
+    git(
+        &w.remote,
+        &["cat-file", "-e", &format!("{branch}:{code_file}")],
+    );
+}
+
+#[test]
+fn request_changes_twice_still_reaches_done() {
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Handle empty input", &[]);
+    tick_until(
+        &w,
+        &[("STUB_REQUEST_CHANGES_FIRST", "2")],
+        |w| w.stage_of(&wi) == "done",
+        DEADLINE,
+    );
+    let v = w.show(&wi);
+    let rollbacks: Vec<&Value> = v["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["outcome"] == "rolled-back")
+        .collect();
+    assert_eq!(rollbacks.len(), 2, "{:#}", v["transitions"]);
+    for r in &rollbacks {
+        assert_eq!(
+            (&r["from"], &r["to"]),
+            (&"review".into(), &"development".into()),
+            "{r:#}"
+        );
+    }
+    assert_eq!(v["dev_retries"], 2, "{v:#}");
+    let devs: Vec<&Value> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["role"] == "developer")
+        .collect();
+    assert_eq!(devs.len(), 3, "{:#}", v["jobs"]);
+    assert!(
+        !devs[0]["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("P0: stub finding"),
+        "the first developer job has no findings: {:#}",
+        devs[0]
+    );
+    for (n, d) in devs[1..].iter().enumerate() {
+        let p = d["prompt"].as_str().unwrap();
+        assert!(
+            p.contains(&format!("P0: stub finding {}", n + 1)),
+            "developer job after rollback {} lacks the reviewer's P0 finding:\n{p}",
+            n + 1
+        );
+        assert!(
+            p.contains("12-review.md"),
+            "the artifact path is linked:\n{p}"
+        );
+    }
+    let reviews = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["role"] == "reviewer" && j["status"] == "done")
+        .count();
+    assert_eq!(reviews, 3);
+}
+
+#[test]
+fn a_failing_agent_is_retried_then_failed_and_left_alone() {
+    let w = Sched::new(Cfg {
+        max_attempts: 3,
+        ..Cfg::default()
+    });
+    let wi = w.add("Fails every time", &[]);
+    let env = [("STUB_EXIT", "analyst:1")];
+    tick_until(
+        &w,
+        &env,
+        |w| w.job(&wi, "analyst").is_some_and(|j| j.status == "failed"),
+        DEADLINE,
+    );
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!((j.attempts, j.max_attempts), (3, 3), "{j:?}");
+    let err = w.job_error(j.id);
+    assert!(err.contains("exited with code 1"), "error: {err}");
+    let runs = w.sql(&format!(
+        "SELECT count(*), min(exit_code), max(exit_code) FROM agent_runs WHERE job_id = {}",
+        j.id
+    ));
+    assert_eq!(runs, "3|1|1", "three runs, each exit 1");
+
+    // Failed is final: more ticks (past the reconcile grace) neither re-run the job nor move
+    // the task.
+    let transitions = w.transitions_count();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1200));
+        let r = w.tick(&env);
+        assert!(
+            r.stdout
+                .contains("reaped 0, reclaimed 0, reconciled 0, launched 0"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(w.stage_of(&wi), "analysis");
+    assert_eq!(w.transitions_count(), transitions, "the history moved");
+    let jobs = w.jobs(&wi);
+    assert_eq!(jobs.len(), 1, "no new job: {jobs:#?}");
+    assert_eq!((jobs[0].status.as_str(), jobs[0].attempts), ("failed", 3));
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT count(*) FROM agent_runs WHERE job_id = {}",
+            j.id
+        )),
+        "3"
+    );
+}
+
+#[test]
+fn a_silent_agent_is_killed_by_the_inactivity_timeout() {
+    let w = Sched::new(Cfg {
+        inactivity_timeout_s: 2,
+        max_attempts: 1,
+        ..Cfg::default()
+    });
+    let wi = w.add("Hangs", &[]);
+    let started = Instant::now();
+    tick_until(
+        &w,
+        &[("STUB_HANG", "analyst")],
+        |w| w.job(&wi, "analyst").is_some_and(|j| j.status == "failed"),
+        DEADLINE,
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "failed before the inactivity timeout could pass"
+    );
+    let j = w.job(&wi, "analyst").unwrap();
+    let err = w.job_error(j.id);
+    assert!(
+        err.contains("inactivity") || err.contains("silent"),
+        "error: {err}"
+    );
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT coalesce(exit_code, 'NULL') FROM agent_runs WHERE job_id = {}",
+            j.id
+        )),
+        "NULL",
+        "a killed agent has no exit code"
+    );
+    wait_until(
+        &w,
+        "no process of this world (the hanging `sleep 100000`) survives",
+        |w| world_pids(w).is_empty(),
+        Duration::from_secs(20),
+    );
+}
+
+#[test]
+fn a_lingering_agent_leaves_nothing_behind() {
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Lingers", &[]);
+    tick_until(
+        &w,
+        &[("STUB_LINGER", "analyst")],
+        |w| w.job_done(&wi, "analyst") && w.stage_of(&wi) != "analysis",
+        DEADLINE,
+    );
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!(j.attempts, 1, "{j:?}");
+    // Finalised from the result line: tokens parsed, no exit code (the group was killed).
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT input_tokens, coalesce(exit_code, 'NULL') FROM agent_runs WHERE job_id = {}",
+            j.id
+        )),
+        "1200|NULL"
+    );
+    assert_eq!(w.stage_of(&wi), "architecture");
+    wait_until(
+        &w,
+        "no process of this world (the lingering stub and its `sleep`) survives",
+        |w| world_pids(w).is_empty(),
+        Duration::from_secs(20),
+    );
+}
+
+#[test]
+fn a_killed_supervisor_is_reaped_and_its_job_finishes() {
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Supervisor dies", &[]);
+    w.tick(&[("STUB_SLEEP", "30")]);
+    wait_until(
+        &w,
+        "the analyst job runs with its supervisor and agent recorded",
+        |w| {
+            w.job(&wi, "analyst")
+                .is_some_and(|j| j.status == "running" && j.supervisor_pid > 0 && j.agent_pgid > 0)
+        },
+        Duration::from_secs(60),
+    );
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!(j.attempts, 1);
+    assert!(alive(j.agent_pgid, j.agent_start), "the agent runs: {j:?}");
+    // SAFETY: plain kill(2) of the supervisor this world started.
+    assert_eq!(unsafe { libc::kill(j.supervisor_pid, libc::SIGKILL) }, 0);
+
+    let out = tick_until(
+        &w,
+        &[],
+        |w| w.job_done(&wi, "analyst") && w.stage_of(&wi) != "analysis",
+        DEADLINE,
+    );
+    assert!(
+        out.contains(&format!("reap job {} (analyst): supervisor dead", j.id)),
+        "{out}"
+    );
+    let after = w.job(&wi, "analyst").unwrap();
+    assert_eq!(after.id, j.id);
+    assert_eq!(after.attempts, 2, "re-queued once: {after:?}");
+    assert!(
+        !alive(j.agent_pgid, j.agent_start),
+        "the old agent (pid {}) still runs",
+        j.agent_pgid
+    );
+    let group_left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| stat_of(*p).is_some_and(|(st, pg, _)| pg == j.agent_pgid && !is_zombie(st)))
+        .map(|p| format!("{p}: {}", cmdline(p)))
+        .collect();
+    assert!(
+        group_left.is_empty(),
+        "the old agent group survives: {group_left:?}"
+    );
+    assert_ne!(w.stage_of(&wi), "analysis");
+    let v = w.show(&wi);
+    assert!(
+        v["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["from"] == "analysis" && t["to"] == "architecture"),
+        "{:#}",
+        v["transitions"]
+    );
+}
+
+#[test]
+fn a_reused_pid_or_zombie_is_not_taken_for_the_supervisor() {
+    let w = Sched::new(Cfg {
+        serial_gate: false,
+        ..Cfg::default()
+    });
+    let reused = w.add("Reused pid", &[]);
+    let zombie = w.add("Zombie supervisor", &[]);
+    let live = w.add("Live supervisor", &[]);
+    let me = std::process::id() as i32;
+    let (_, _, my_start) = stat_of(me).expect("our own stat");
+    let boot = boot_id();
+
+    // A child that has exited and that we do not wait for yet: a zombie with its true start time.
+    let mut child = Command::new("true").spawn().unwrap();
+    let zpid = child.id() as i32;
+    let t0 = Instant::now();
+    let z_start = loop {
+        match stat_of(zpid) {
+            Some((st, _, start)) if is_zombie(st) => break start,
+            _ if t0.elapsed() > Duration::from_secs(10) => {
+                panic!("pid {zpid} never became a zombie")
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+
+    let set_running = |wi: &str, pid: i32, start: u64| {
+        let id = w.job(wi, "analyst").unwrap().id;
+        w.sql(&format!(
+            "UPDATE jobs SET status = 'running', attempts = 1, started_at = {}, \
+             supervisor_pid = {pid}, supervisor_start = {start}, supervisor_boot = '{boot}' \
+             WHERE id = {id}",
+            now() - 120
+        ));
+        id
+    };
+    let reused_job = set_running(&reused, me, my_start + 1);
+    let zombie_job = set_running(&zombie, zpid, z_start);
+    let live_job = set_running(&live, me, my_start);
+
+    let plan = w.ok(&["tick", "--plan"], 0).stdout;
+    assert!(plan.contains(&format!("reap job {reused_job} ")), "{plan}");
+    assert!(plan.contains(&format!("reap job {zombie_job} ")), "{plan}");
+    assert!(!plan.contains(&format!("reap job {live_job} ")), "{plan}");
+
+    let r = w.tick(&[]);
+    assert!(r.stdout.contains("tick: reaped 2,"), "{r:?}");
+    assert!(r.stdout.contains("was reused"), "{r:?}");
+    assert!(r.stdout.contains("is a zombie"), "{r:?}");
+    for (wi, id) in [(&reused, reused_job), (&zombie, zombie_job)] {
+        let j = w.job(wi, "analyst").unwrap();
+        assert_eq!(
+            (j.id, j.status.as_str(), j.attempts),
+            (id, "queued", 1),
+            "re-queued, the attempt spent"
+        );
+        let err = w.job_error(id);
+        assert!(err.contains("reaped: supervisor dead"), "{err}");
+    }
+    let j = w.job(&live, "analyst").unwrap();
+    assert_eq!(
+        (j.status.as_str(), j.supervisor_pid),
+        ("running", me),
+        "a live supervisor was reaped: {j:?}"
+    );
+    // And a second pass still leaves it alone.
+    let r = w.tick(&[]);
+    assert!(
+        !r.stdout.contains(&format!("reap job {live_job} ")),
+        "{r:?}"
+    );
+    assert_eq!(w.job(&live, "analyst").unwrap().status, "running");
+    child.wait().unwrap();
+}
+
+#[test]
+fn usage_limit_opens_the_breaker_without_spending_an_attempt() {
+    let w = Sched::new(Cfg {
+        max_concurrency: 1,
+        serial_gate: false,
+        usage_limit_backoff_s: 3,
+        ..Cfg::default()
+    });
+    let first = w.add("Hits the usage limit", &[]);
+    let second = w.add("Waits for the breaker", &[]);
+    // Only the first tick's agent hits the limit; later ones run normally.
+    let r = w.tick(&[("STUB_USAGE_LIMIT", "analyst:1")]);
+    assert!(r.stdout.contains("launched 1"), "{r:?}");
+    let id = w.job(&first, "analyst").unwrap().id;
+    wait_until(
+        &w,
+        "the usage-limited job is back in the queue",
+        |w| {
+            w.job(&first, "analyst")
+                .is_some_and(|j| j.status == "queued")
+                && w.job_error(id).contains("usage limit")
+        },
+        Duration::from_secs(60),
+    );
+    let q = w.queue();
+    let breaker = &q["breaker"];
+    assert_eq!(breaker["reason"], "breaker", "{q:#}");
+    assert!(
+        breaker["detail"].as_str().unwrap().contains("usage limit"),
+        "{q:#}"
+    );
+    let reason_of = |wi: &str| -> String {
+        q["queued"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["work_item"] == wi)
+            .map(|j| {
+                j["blocked_by"]["reason"]
+                    .as_str()
+                    .unwrap_or("none")
+                    .to_string()
+            })
+            .unwrap_or_else(|| panic!("{wi} not queued: {q:#}"))
+    };
+    assert!(
+        ["breaker", "delayed"].contains(&reason_of(&first).as_str()),
+        "{q:#}"
+    );
+    assert_eq!(
+        reason_of(&second),
+        "breaker",
+        "all dispatch is suspended: {q:#}"
+    );
+    assert_eq!(
+        w.job(&first, "analyst").unwrap().attempts,
+        0,
+        "the attempt was refunded"
+    );
+
+    tick_until(
+        &w,
+        &[],
+        |w| w.stage_of(&first) != "analysis" && w.stage_of(&second) != "analysis",
+        DEADLINE,
+    );
+    let j = w.job(&first, "analyst").unwrap();
+    assert_eq!((j.status.as_str(), j.attempts), ("done", 1), "{j:?}");
+    let runs = w.sql(&format!(
+        "SELECT started_at, finished_at FROM agent_runs WHERE job_id = {id} ORDER BY id"
+    ));
+    let runs: Vec<Vec<i64>> = runs
+        .lines()
+        .map(|l| l.split('|').map(|x| x.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(
+        runs[1][0] - runs[0][1] >= 3,
+        "the retry ran before the breaker closed: {runs:?}"
+    );
+}
+
+#[test]
+fn serial_gate_pause_and_dependencies_change_the_claim_order() {
+    let w = Sched::new(Cfg {
+        max_concurrency: 1,
+        auto_approve: false,
+        // A second repo without the serial gate, on the same remote.
+        extra_repos: format!(
+            "  - name: lab\n    remote: \"{REMOTE}\"\n    prefix: LAB\n    serial_gate: false\n"
+        ),
+        ..Cfg::default()
+    });
+
+    let s1 = w.add("First", &[]);
+    let s2 = w.add("Second", &[]);
+    let s3 = w.add("Third", &[]);
+    let lab = w
+        .ok(
+            &[
+                "task",
+                "add",
+                "--repo",
+                "lab",
+                "--title",
+                "Needs SHOP-1",
+                "--depends-on",
+                &s1,
+                "--json",
+            ],
+            0,
+        )
+        .json()["work_item"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reason = |q: &Value, wi: &str| -> (String, String) {
+        let j = q["queued"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["work_item"] == wi)
+            .unwrap_or_else(|| panic!("{wi} not queued: {q:#}"));
+        (
+            j["blocked_by"]["reason"]
+                .as_str()
+                .unwrap_or("none")
+                .to_string(),
+            j["blocked_by"]["detail"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let not_started = |wi: &str| {
+        let j = w.job(wi, "analyst").unwrap();
+        assert_eq!(
+            (j.status.as_str(), j.attempts),
+            ("queued", 0),
+            "{wi}: {j:?}"
+        );
+    };
+
+    let r = w.tick(&[]);
+    assert!(r.stdout.contains("launched 1"), "{r:?}");
+    assert_ne!(w.job(&s1, "analyst").unwrap().attempts, 0);
+    let q = w.queue();
+    let (r2, d2) = reason(&q, &s2);
+    assert_eq!(r2, "serial-gate", "{q:#}");
+    assert!(d2.contains(&s1), "{d2}");
+    let (r3, d3) = reason(&q, &s3);
+    assert_eq!(r3, "serial-gate", "{q:#}");
+    assert!(d3.contains(&s2), "{d3}");
+    let (rl, dl) = reason(&q, &lab);
+    assert_eq!(rl, "dependency", "{q:#}");
+    assert!(dl.contains(&s1), "{dl}");
+
+    tick_until(&w, &[], |w| w.job_done(&s1, "analyst"), DEADLINE);
+    // SHOP-1 waits for its human approval in `analysis`: it still holds the gate.
+    for _ in 0..3 {
+        w.tick(&[]);
+        std::thread::sleep(TICK_EVERY);
+    }
+    assert_eq!(w.stage_of(&s1), "analysis");
+    for wi in [&s2, &s3, &lab] {
+        not_started(wi);
+    }
+    let q = w.queue();
+    assert_eq!(reason(&q, &s2).0, "serial-gate", "{q:#}");
+    assert_eq!(reason(&q, &lab).0, "dependency", "{q:#}");
+
+    w.ok(&["pause", &s1, "--reason", "x"], 0);
+    let q = w.queue();
+    assert_eq!(reason(&q, &s2).0, "none", "SHOP-2 is next: {q:#}");
+    let (r3, d3) = reason(&q, &s3);
+    assert_eq!(r3, "serial-gate", "{q:#}");
+    assert!(d3.contains(&s2), "{d3}");
+    assert_eq!(
+        reason(&q, &lab).0,
+        "dependency",
+        "a paused task is still not terminal: {q:#}"
+    );
+    let j2 = w.job(&s2, "analyst").unwrap().id;
+    let j3 = w.job(&s3, "analyst").unwrap().id;
+    let plan = w.ok(&["tick", "--plan"], 0).stdout;
+    assert!(plan.contains(&format!("launch job {j2} ")), "{plan}");
+    assert!(!plan.contains(&format!("launch job {j3} ")), "{plan}");
+
+    tick_until(&w, &[], |w| w.job_done(&s2, "analyst"), DEADLINE);
+    not_started(&s3);
+    not_started(&lab);
+    let q = w.queue();
+    assert_eq!(reason(&q, &s3).0, "serial-gate", "{q:#}");
+    assert_eq!(reason(&q, &lab).0, "dependency", "{q:#}");
+}
+
+#[test]
+fn hostile_titles_are_safe() {
+    let w = Sched::new(Cfg::default());
+    let pwned = std::env::temp_dir().join(format!(
+        "pwned-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let _ = std::fs::remove_file(&pwned);
+    let inject = format!("$(touch {})", pwned.display());
+    let backticks = format!("`touch {}` ${{HOME}} \"quoted\" 'single'", pwned.display());
+    let long = "a".repeat(10_000);
+    let longest_allowed = "b".repeat(500);
+    let titles = [
+        inject.as_str(),
+        "../../etc/passwd",
+        long.as_str(),
+        longest_allowed.as_str(),
+        "🚀 emoji ✨",
+        "a;b|c&d",
+        backticks.as_str(),
+    ];
+    w.ok(&["queue"], 0); // creates the state database
+    let mut first = None;
+    for t in titles {
+        let r = w.orch(&["task", "add", "--repo", "shop", "--title", t, "--json"]);
+        assert_eq!(r.code, 0, "title {:?}: {r:?}", &t[..t.len().min(60)]);
+        let v = r.json();
+        let wi = v["work_item"].as_str().unwrap().to_string();
+        let branch = w.branch_of(&wi);
+        git(w.dir.path(), &["check-ref-format", "--branch", &branch]);
+        assert!(branch.starts_with(&format!("feature/{wi}-")), "{branch}");
+        assert!(branch.is_ascii() && !branch.contains(".."), "{branch}");
+        assert_eq!(w.show(&wi)["title"], t, "the title is kept verbatim");
+        first.get_or_insert(wi);
+    }
+    let wi = first.unwrap();
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!(j.attempts, 1);
+    assert!(
+        w.show(&wi)["jobs"][0]["prompt"]
+            .as_str()
+            .unwrap()
+            .contains(&inject),
+        "the prompt carries the title as text"
+    );
+    assert!(
+        !pwned.exists(),
+        "{} was created: the title was executed",
+        pwned.display()
+    );
+}
+
+#[test]
+fn tick_plan_does_nothing() {
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Planned", &[]);
+    let id = w.job(&wi, "analyst").unwrap().id;
+
+    let plan = w.tick_with(&[], &["--plan"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    assert!(plan.stdout.contains("plan (nothing was done)"), "{plan:?}");
+    assert!(
+        plan.stdout.contains(&format!("launch job {id} ")),
+        "{plan:?}"
+    );
+    let pj = w.tick_with(&[], &["--plan", "--json"]);
+    assert_eq!(pj.code, 0, "{pj:?}");
+    let pj = pj.json();
+    assert_eq!(pj["plan"], true, "{pj:#}");
+    assert_eq!(pj["launched"], 1, "{pj:#}");
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!(
+        (j.status.as_str(), j.attempts),
+        ("queued", 0),
+        "--plan claimed: {j:?}"
+    );
+    assert!(
+        !w.state_dir()
+            .join("logs")
+            .join(format!("job-{id}.log"))
+            .exists()
+    );
+
+    // A real pass, as JSON: the documented counts (SPEC §4.3 step 7).
+    let r = w.tick_with(&[("STUB_SLEEP", "2")], &["--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    for (k, want) in [
+        ("schema_version", 1),
+        ("reaped", 0),
+        ("reclaimed", 0),
+        ("reconciled", 0),
+        ("launched", 1),
+        ("running", 1),
+        ("max_concurrency", 2),
+        ("queued", 0),
+    ] {
+        assert_eq!(v[k], want, "`{k}` in {v:#}");
+    }
+    assert_eq!(v["plan"], false, "{v:#}");
+    assert!(v["skipped"].is_null(), "{v:#}");
+    assert_eq!(v["errors"], serde_json::json!([]), "{v:#}");
+    assert_eq!(
+        v["actions"],
+        serde_json::json!([format!("launch job {id} (attempt 1)")]),
+        "{v:#}"
+    );
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+}
+
+#[test]
+fn a_second_tick_exits_zero_while_one_holds_the_lock() {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Locked out", &[]);
+    let lock = w.state_dir().join("tick.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+        .unwrap();
+    // SAFETY: flock(2) on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0, "could not take {}", lock.display());
+    f.set_len(0).unwrap();
+    writeln!(f, "{}", std::process::id()).unwrap();
+
+    let r = w.tick_with(&[], &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!(
+            "another tick is running (pid {})",
+            std::process::id()
+        )),
+        "{r:?}"
+    );
+    let r = w.tick_with(&[], &["--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert!(
+        v["skipped"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("another tick is running")),
+        "{v:#}"
+    );
+    assert_eq!(v["launched"], 0, "{v:#}");
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!((j.status.as_str(), j.attempts), ("queued", 0), "{j:?}");
+
+    drop(f);
+    let r = w.tick(&[]);
+    assert!(r.stdout.contains("launched 1"), "{r:?}");
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+}
+
+/// SPEC §4.3 step 4: the reconciler is "the path for lost webhooks and crashed supervisors".
+/// A supervisor that has just marked its job `done` (it does so before it advances) and is
+/// still alive is neither: the reconciler must leave the hop to it. Once that supervisor is dead
+/// and the grace has passed since the job finished, the reconciler does advance.
+#[test]
+fn the_reconciler_leaves_a_finishing_supervisor_alone() {
+    let w = Sched::new(Cfg {
+        reconcile_grace_s: 30,
+        ..Cfg::default()
+    });
+    let wi = w.add("Finishing supervisor", &[]);
+    // One tick launches the analyst; no further tick, so the architect job stays queued.
+    w.tick(&[]);
+    wait_until(
+        &w,
+        "the analyst's supervisor moves the task to architecture",
+        |w| w.stage_of(&wi) == "architecture" && w.job(&wi, "architect").is_some(),
+        DEADLINE,
+    );
+    // The architect's work is on the branch: the gate of `architecture` is green.
+    w.push_adr(&wi);
+    // Its supervisor (a stand-in: a live process) has marked the job done a moment ago and is
+    // about to advance; the stage was entered long before.
+    let mut stand_in = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = stand_in.id() as i32;
+    let (_, _, start) = stat_of(pid).unwrap();
+    let job = w.job(&wi, "architect").unwrap().id;
+    let t = now();
+    w.sql(&format!(
+        "UPDATE jobs SET status = 'done', attempts = 1, started_at = {}, finished_at = {t}, \
+         exit_code = 0, supervisor_pid = {pid}, supervisor_start = {start}, \
+         supervisor_boot = '{}' WHERE id = {job}",
+        t - 50,
+        boot_id()
+    ));
+    w.sql(&format!(
+        "UPDATE tasks SET stage_entered_at = {} WHERE work_item = '{wi}'",
+        t - 60
+    ));
+    let r = w.tick(&[]);
+    let stage = w.stage_of(&wi);
+    stand_in.kill().unwrap();
+    stand_in.wait().unwrap();
+    assert!(
+        r.stdout.contains("reconciled 0") && stage == "architecture",
+        "the reconciler took the hop of a live supervisor that finished its job {}s ago \
+         (grace {}s): stage now `{stage}`\n{r:?}",
+        now() - t,
+        30
+    );
+
+    // The supervisor is gone and the job finished long ago: now it is the reconciler's hop.
+    w.sql(&format!(
+        "UPDATE jobs SET finished_at = {} WHERE id = {job}",
+        now() - 60
+    ));
+    let r = w.tick(&[]);
+    assert!(r.stdout.contains("reconciled 1"), "{r:?}");
+    assert_eq!(w.stage_of(&wi), "development");
+    let v = w.show(&wi);
+    assert!(
+        v["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["from"] == "architecture"
+                && x["to"] == "development"
+                && x["actor"] == "reconciler"),
+        "{:#}",
+        v["transitions"]
+    );
+}
