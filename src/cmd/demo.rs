@@ -67,7 +67,8 @@ pub fn run(g: &Global, dir: Option<&Path>, keep: bool) -> Result<Code> {
             .collect(),
         "no jobs ran",
     );
-    if keep {
+    // A failed demo keeps its world: the logs inside it say why.
+    if keep || !res.reached_done {
         output::line(&format!(
             "the world is in {}: config {}, remote {}; try `orch --config {} task show {}`",
             res.dir.display(),

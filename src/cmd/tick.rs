@@ -8,9 +8,14 @@ use crate::output;
 
 pub fn run(ctx: &mut Ctx, plan: bool) -> Result<Code> {
     let rep = crate::ops::tick::tick(ctx, plan)?;
+    let code = if rep.errors.is_empty() {
+        Code::Ok
+    } else {
+        Code::Runtime
+    };
     if ctx.json {
         output::json(&rep);
-        return Ok(Code::Ok);
+        return Ok(code);
     }
     if let Some(s) = &rep.skipped {
         output::line(s);
@@ -28,9 +33,5 @@ pub fn run(ctx: &mut Ctx, plan: bool) -> Result<Code> {
         }
     }
     output::line(&rep.summary());
-    Ok(if rep.errors.is_empty() {
-        Code::Ok
-    } else {
-        Code::Runtime
-    })
+    Ok(code)
 }

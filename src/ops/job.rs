@@ -143,6 +143,20 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
             ));
         }
     }
+    // Taking over a running job whose supervisor died: its agent may still be working the
+    // worktree, and two agents must never share one.
+    if job.status == JobStatus::Running
+        && let (Some(pgid), Some(start)) = (job.agent_pgid, job.agent_start)
+    {
+        let agent = crate::domain::liveness::ProcIdentity {
+            pid: pgid as i32,
+            start_time: start as u64,
+            boot_id: job.supervisor_boot.clone().unwrap_or_default(),
+        };
+        if let Err(e) = sys::terminate_group(&agent, Duration::from_secs(5)) {
+            warn!("could not stop the previous agent group {pgid}: {e:#}");
+        }
+    }
     let recorded = ctx.db.write(|tx| {
         db::jobs::set_supervisor(
             tx,
@@ -258,8 +272,16 @@ fn launch_agent(
         warn!("{w}");
     }
     let prompt_text = match &cfg.prompts_dir {
-        Some(dir) => std::fs::read_to_string(dir.join(format!("{role}.md")))
-            .unwrap_or_else(|_| builtin_prompt(role).to_string()),
+        Some(dir) => {
+            let p = dir.join(format!("{role}.md"));
+            std::fs::read_to_string(&p).unwrap_or_else(|e| {
+                warn!(
+                    "cannot read `{}` ({e}); using the built-in {role} prompt",
+                    p.display()
+                );
+                builtin_prompt(role).to_string()
+            })
+        }
         None => builtin_prompt(role).to_string(),
     };
     let prompts = ctx.config.state_dir.join("prompts");
@@ -404,7 +426,17 @@ fn finish_agent_run(
         advance: adv,
     };
 
-    if agent::is_usage_limit(result.as_ref(), &outcome.combined_tail) {
+    let ok = matches!(
+        outcome.ending,
+        Ending::Exited(0)
+            | Ending::MarkedDone {
+                code: Some(0) | None
+            }
+    ) && !result.as_ref().is_some_and(|r| r.is_error)
+        && (result.is_some() || matches!(outcome.ending, Ending::Exited(0)));
+    // Only a run that did not succeed can be a usage-limit answer: a successful agent that
+    // merely mentions the phrase must not stop all dispatch.
+    if !ok && agent::is_usage_limit(result.as_ref(), &outcome.combined_tail) {
         let until = now + ctx.config.agent.usage_limit_backoff_s as i64;
         let why = format!("usage limit reached ({})", job.role);
         ctx.db.write(|tx| {
@@ -418,19 +450,10 @@ fn finish_agent_run(
         return Ok(report("queued", why, None));
     }
 
-    let ok = matches!(
-        outcome.ending,
-        Ending::Exited(0)
-            | Ending::MarkedDone {
-                code: Some(0) | None
-            }
-    ) && !result.as_ref().is_some_and(|r| r.is_error)
-        && (result.is_some() || matches!(outcome.ending, Ending::Exited(0)));
     let ended = describe(&outcome.ending);
-    ctx.db.write(|tx| {
-        db::jobs::set_exit(tx, job.id, attempt, code, (!ok).then_some(ended.as_str()))
-    })?;
     if !ok {
+        ctx.db
+            .write(|tx| db::jobs::set_exit(tx, job.id, attempt, code, Some(ended.as_str())))?;
         let detail = format!(
             "agent {ended}; output tail:\n{}",
             tail_lines(&outcome.combined_tail, 20)
@@ -450,6 +473,10 @@ fn finish_agent_run(
     git.push_branch(&repo_ref(repo), worktree, &task.branch)
         .with_context(|| format!("pushing `{}`", task.branch))?;
     info!(commit = ?sha, "pushed {}", task.branch);
+    // Exit 0 is recorded only once the work is pushed: a reaper that finds this supervisor dead
+    // with exit 0 may then finish the job without losing anything; before that, it re-runs it.
+    ctx.db
+        .write(|tx| db::jobs::set_exit(tx, job.id, attempt, code.or(Some(0)), None))?;
 
     if job.role == Role::Developer && repo.ci.mode == CiMode::Command {
         run_ci_command(ctx, task, repo, worktree)?;

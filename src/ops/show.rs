@@ -241,14 +241,20 @@ fn artifacts(ctx: &Ctx, t: &TaskRow) -> Result<Vec<ArtifactOut>> {
         let a = view.read(file)?;
         let (key, value) = match &a.bytes {
             Some(b) => match frontmatter::parse(b) {
-                Ok(fm) => v
-                    .keys
-                    .iter()
-                    .find_map(|k| {
-                        frontmatter::field(&fm, k).map(|val| (k.to_string(), val.to_string()))
-                    })
-                    .map(|(k, val)| (Some(k), Some(val)))
-                    .unwrap_or((None, None)),
+                // Show the key that decides the verdict (a negative one wins), else the first
+                // verdict key present.
+                Ok(fm) => match frontmatter::evaluate(&fm, v) {
+                    frontmatter::Verdict::Pass { key, value }
+                    | frontmatter::Verdict::Fail { key, value } => (Some(key), Some(value)),
+                    frontmatter::Verdict::NotSatisfied { .. } => v
+                        .keys
+                        .iter()
+                        .find_map(|k| {
+                            frontmatter::field(&fm, k)
+                                .map(|val| (Some(k.to_string()), Some(val.to_string())))
+                        })
+                        .unwrap_or((None, None)),
+                },
                 Err(e) => (None, Some(format!("unreadable: {e}"))),
             },
             None => (None, None),

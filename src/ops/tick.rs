@@ -166,9 +166,10 @@ fn reap(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()>
         {
             continue;
         }
-        out.push(format!("reap job {} ({}): {why}", j.id.0, j.role));
-        *n += 1;
+        let line = format!("reap job {} ({}): {why}", j.id.0, j.role);
         if plan {
+            out.push(line);
+            *n += 1;
             continue;
         }
         // Two agents must never work one worktree: kill what is left before re-queueing.
@@ -185,15 +186,22 @@ fn reap(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()>
                 .write(|tx| db::leases::transition_delete(tx, j.task_id).map(|_| ()))?;
         }
         let task = db::tasks::get(ctx.db.conn(), j.task_id)?;
-        if j.exit_code == Some(0) {
+        // Every write is fenced on the attempt: a job that finished since the snapshot is left
+        // as it is and not counted.
+        let wrote = if j.exit_code == Some(0) {
             let done = ctx.db.write(|tx| {
                 db::jobs::finish(tx, j.id, j.attempts, JobStatus::Done, None, ctx.now)
             })?;
             if done {
                 try_advance(ctx, &task, &j, Actor::Tick);
             }
+            done
         } else {
-            job::retry_or_fail(ctx, &j, j.attempts, &task, &format!("reaped: {why}"))?;
+            job::retry_or_fail(ctx, &j, j.attempts, &task, &format!("reaped: {why}"))? != "stale"
+        };
+        if wrote {
+            out.push(line);
+            *n += 1;
         }
     }
     Ok(())

@@ -126,8 +126,30 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
             JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {}
         }
     }
+    // A job that failed for good waits for a human (the reconciler leaves such a task alone).
+    let failed = if live.is_empty() && !task.stage.is_terminal() {
+        crate::db::jobs::last_for_stage(ctx.db.conn(), task.id, task.stage)?
+            .filter(|j| j.status == JobStatus::Failed)
+    } else {
+        None
+    };
+    if let Some(j) = &failed {
+        set("failed");
+        let err = j
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .next()
+            .unwrap_or("");
+        parts.push(format!(
+            "Its {} job {} failed after {} attempt(s) ({err}); fix the cause, then `orch job run {}` re-runs it, or `orch advance {} --to …` moves on.",
+            j.role, j.id.0, j.attempts, j.id.0, task.work_item
+        ));
+    }
     // A blocked or held task waits for a human, whatever its gate says.
     if live.is_empty()
+        && failed.is_none()
         && !task.stage.is_terminal()
         && task.blocked_at.is_none()
         && task.held_at.is_none()
