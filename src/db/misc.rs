@@ -68,6 +68,20 @@ pub fn deps_of(c: &Connection, task: TaskId) -> Result<Vec<i64>> {
     Ok(rows)
 }
 
+/// Every dependency on a task that is not finished: (task, the other's work item, its stage).
+pub fn open_deps(c: &Connection) -> Result<Vec<(i64, String, crate::domain::stage::Stage)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT d.task_id, t.work_item, t.stage FROM job_deps d JOIN tasks t ON t.id = d.depends_on \
+         WHERE t.stage NOT IN ('done', 'cancelled') ORDER BY d.task_id, t.id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, super::tasks::parse_stage(r, 2)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// The breaker when it is set: (open until, reason).
 pub fn breaker(c: &Connection) -> Result<Option<(Ts, String)>> {
     Ok(c.query_row(

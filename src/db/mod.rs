@@ -88,6 +88,16 @@ impl Db {
         Ok(out)
     }
 
+    /// Run `f` in one read transaction: one consistent snapshot, one lock instead of one per
+    /// statement.
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)
+            .context("starting a read transaction")?;
+        let out = f(&tx)?;
+        tx.commit().context("ending a read transaction")?;
+        Ok(out)
+    }
+
     pub fn schema_version(&self) -> Result<i64> {
         Ok(self
             .conn

@@ -131,12 +131,9 @@ pub fn insert(c: &Connection, t: &NewTask<'_>, now: Ts) -> Result<TaskId> {
 }
 
 pub fn get(c: &Connection, id: TaskId) -> Result<TaskRow> {
-    c.query_row(
-        &format!("SELECT {COLS} FROM tasks WHERE id = ?"),
-        [id.0],
-        from_row,
-    )
-    .with_context(|| format!("reading task row {}", id.0))
+    c.prepare_cached(&format!("SELECT {COLS} FROM tasks WHERE id = ?"))?
+        .query_row([id.0], from_row)
+        .with_context(|| format!("reading task row {}", id.0))
 }
 
 /// The task an operator means: the exact tombstone, or the newest task with that work item.

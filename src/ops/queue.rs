@@ -164,20 +164,15 @@ impl World {
             .collect();
         let jobs = db::jobs::live(c)?;
         let mut others = HashMap::new();
-        let mut deps = HashMap::new();
         for j in &jobs {
             if !by_id.contains_key(&j.task_id.0) && !others.contains_key(&j.task_id.0) {
                 others.insert(j.task_id.0, db::tasks::get(c, j.task_id)?);
             }
-            if j.status == JobStatus::Queued && !deps.contains_key(&j.task_id.0) {
-                let ids = db::misc::deps_of(c, j.task_id)?;
-                let open: Vec<(String, Stage)> = db::tasks::stages_of(c, &ids)?
-                    .into_iter()
-                    .filter(|(_, _, s)| !s.is_terminal())
-                    .map(|(_, w, s)| (w, s))
-                    .collect();
-                deps.insert(j.task_id.0, open);
-            }
+        }
+        // One query for every dependency that is still open, not one per task.
+        let mut deps: HashMap<i64, Vec<(String, Stage)>> = HashMap::new();
+        for (task, wi, stage) in db::misc::open_deps(c)? {
+            deps.entry(task).or_default().push((wi, stage));
         }
         Ok(World {
             now,
@@ -279,6 +274,11 @@ impl World {
 }
 
 pub fn snapshot(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
+    // One read transaction over the same connection: a consistent view and one lock.
+    ctx.db.read(|_| snapshot_in(ctx, repo))
+}
+
+fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
     let w = World::gather(ctx)?;
     let c = ctx.db.conn();
     let keep = |r: &str| repo.is_none_or(|want| want == r);
