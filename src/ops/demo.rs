@@ -171,15 +171,30 @@ fn summary(ctx: &crate::Ctx, task: &db::tasks::TaskRow) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for j in db::jobs::of_task(c, task.id)? {
         let finished: Option<Ts> = j.finished_at;
-        let verdict = history
-            .iter()
-            .find(|h| {
-                h.from == j.stage && finished.is_some_and(|f| h.at >= f) && h.outcome != "checked"
-            })
-            .map(|h| {
-                let mut r = format!("{} → {}: {}", h.outcome, h.to, h.reason);
-                if r.chars().count() > 70 {
-                    r = r.chars().take(69).collect::<String>() + "…";
+        // The decision after the job, with the N/A hops applied in the same advance.
+        let first = history.iter().position(|h| {
+            h.from == j.stage && finished.is_some_and(|f| h.at >= f) && h.outcome != "checked"
+        });
+        let verdict = first
+            .map(|i| {
+                let h = &history[i];
+                let mut path = vec![h.to.to_string()];
+                let mut last = h;
+                for next in &history[i + 1..] {
+                    if next.outcome == "advanced"
+                        && next.reason.contains("N/A")
+                        && next.from == last.to
+                        && next.at == last.at
+                    {
+                        path.push(next.to.to_string());
+                        last = next;
+                    } else {
+                        break;
+                    }
+                }
+                let mut r = format!("{} → {}: {}", h.outcome, path.join(" → "), h.reason);
+                if r.chars().count() > 90 {
+                    r = r.chars().take(89).collect::<String>() + "…";
                 }
                 r
             })
