@@ -108,6 +108,20 @@ pub enum Command {
         #[arg(long)]
         plan: bool,
     },
+    /// Run the repo's test contract for a task, classify, report, and advance (SPEC 6.1)
+    RunTests {
+        work_item: String,
+        /// Dry check: report under the state dir, change nothing
+        #[arg(long)]
+        no_advance: bool,
+    },
+    /// Run the repo's staging contract for a task, classify, report, and advance (SPEC 6.2)
+    RunStaging {
+        work_item: String,
+        /// Dry check: report under the state dir, change nothing
+        #[arg(long)]
+        no_advance: bool,
+    },
     /// Jobs (the supervisor)
     #[command(subcommand)]
     Job(JobCmd),

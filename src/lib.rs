@@ -142,6 +142,24 @@ fn dispatch(cli: Cli) -> Result<Code> {
         Command::Lease(l) => cmd::lease::run(&mut ctx, l),
         Command::Report(r) => cmd::report::run(&mut ctx, r),
         Command::Tick { plan } => cmd::tick::run(&mut ctx, plan),
+        Command::RunTests {
+            work_item,
+            no_advance,
+        } => cmd::run_tests::run(
+            &mut ctx,
+            crate::domain::runner::Kind::Tests,
+            &work_item,
+            no_advance,
+        ),
+        Command::RunStaging {
+            work_item,
+            no_advance,
+        } => cmd::run_tests::run(
+            &mut ctx,
+            crate::domain::runner::Kind::Staging,
+            &work_item,
+            no_advance,
+        ),
         Command::Job(j) => cmd::job::run(&mut ctx, j),
         Command::Doctor => cmd::doctor::run(&mut ctx),
         Command::Demo { .. } => unreachable!("handled before the context is built"),

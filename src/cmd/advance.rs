@@ -61,6 +61,7 @@ pub fn run(ctx: &mut Ctx, a: AdvanceArgs) -> Result<Code> {
         expect_stage,
         as_role,
         to,
+        note: None,
         dry_run: a.dry_run,
         actor: if as_role.is_some() {
             Actor::Supervisor

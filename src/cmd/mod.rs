@@ -15,6 +15,7 @@ pub mod pause;
 pub mod queue;
 pub mod report;
 pub mod resume;
+pub mod run_tests;
 pub mod task;
 pub mod tick;
 pub mod unfreeze;

@@ -183,6 +183,16 @@ pub fn claim(c: &Connection, id: JobId, now: Ts) -> Result<Option<u32>> {
         .optional()?)
 }
 
+/// Mark a freshly enqueued job as an infrastructure retry: the marker goes into its prompt
+/// (the runners count these for their budget) and it waits until `available_at`.
+pub fn mark_retry(c: &Connection, id: JobId, marker: &str, available_at: Ts) -> Result<()> {
+    c.execute(
+        "UPDATE jobs SET prompt = prompt || ?1, available_at = ?2 WHERE id = ?3",
+        params![format!("\n\n{marker}\n"), available_at, id.0],
+    )?;
+    Ok(())
+}
+
 /// Re-run a failed job by hand: `failed → running` with one more attempt allowed.
 pub fn rerun_failed(c: &Connection, id: JobId, now: Ts) -> Result<Option<u32>> {
     use rusqlite::OptionalExtension;

@@ -8,5 +8,6 @@ pub mod gate;
 pub mod ids;
 pub mod liveness;
 pub mod prompt;
+pub mod runner;
 pub mod stage;
 pub mod time;

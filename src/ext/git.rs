@@ -687,6 +687,55 @@ impl Git {
         }
     }
 
+    /// Commit only `paths` (relative to the worktree) as `name <email>`, leaving anything else
+    /// in the worktree as it is. `None` when those paths had no change.
+    pub fn commit_paths(
+        &self,
+        worktree: &Path,
+        paths: &[&str],
+        message: &str,
+        name: &str,
+        email: &str,
+    ) -> Result<Option<String>> {
+        let ctx = || format!("committing {paths:?} in {}", worktree.display());
+        for p in paths {
+            rel_parts(p, false).with_context(ctx)?;
+        }
+        git_in(worktree)
+            .args(["add", "--"])
+            .args(paths)
+            .checked()
+            .with_context(ctx)?;
+        let diff = git_in(worktree)
+            .args(["diff", "--cached", "--quiet", "--"])
+            .args(paths);
+        let out = diff.output().with_context(ctx)?;
+        match out.code {
+            Some(0) => return Ok(None),
+            Some(1) => {}
+            _ => return Err(diff.failure(&out)).with_context(ctx),
+        }
+        git_in(worktree)
+            .arg("-c")
+            .arg(format!("user.name={name}"))
+            .arg("-c")
+            .arg(format!("user.email={email}"))
+            .args([
+                "commit",
+                "--no-verify",
+                "--no-gpg-sign",
+                "--quiet",
+                "-F",
+                "-",
+                "--",
+            ])
+            .args(paths)
+            .stdin(message.as_bytes())
+            .checked()
+            .with_context(ctx)?;
+        rev_parse_commit(worktree, "HEAD").with_context(ctx)
+    }
+
     /// `git push origin HEAD:refs/heads/<branch>` from `worktree`. Refuses
     /// `main`, `master` and the repo's main branch. Never forces: a
     /// non-fast-forward push is an error.

@@ -3,6 +3,7 @@
 
 pub mod env;
 pub mod git;
+pub mod http;
 pub mod lock;
 pub mod proc;
 pub mod sys;

@@ -92,6 +92,9 @@ pub struct Request {
     pub to: Option<Override>,
     pub dry_run: bool,
     pub actor: Actor,
+    /// Appended to the reason of the history rows this advance writes (a runner's outcome
+    /// class, exit code and duration).
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -437,7 +440,7 @@ fn apply_forward(
                 hop.to,
                 req.actor,
                 "advanced",
-                &hop.reason,
+                &with_note(&hop.reason, req),
             )?;
             from = hop.to;
         }
@@ -580,7 +583,7 @@ fn apply_failure(
                 Stage::Development,
                 req.actor,
                 "rolled-back",
-                reason,
+                &with_note(reason, req),
             )?;
             let rb = Rollback {
                 from: task.stage,
@@ -736,6 +739,14 @@ fn override_to(
         enqueued_job: job,
         dry_run: false,
     })
+}
+
+/// A history reason with the caller's note (a runner's outcome class) appended.
+fn with_note(reason: &str, req: &Request) -> String {
+    match &req.note {
+        Some(n) => format!("{reason} [{n}]"),
+        None => reason.to_string(),
+    }
 }
 
 fn gate_text(r: &GateResult) -> String {

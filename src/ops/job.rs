@@ -218,6 +218,35 @@ fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<Jo
             advance: None,
         });
     }
+    // No LLM where the verdict is derivable from exit codes: a runner instead of an agent.
+    if let Some(kind) = crate::ops::runner::intercept(job.role, job.stage, &repo) {
+        let rep = crate::ops::runner::run(
+            ctx,
+            kind,
+            &task.base_work_item,
+            false,
+            crate::ops::runner::Caller::Supervisor,
+        )?;
+        let detail = format!("{} {}: {}", rep.runner, rep.outcome, rep.reason);
+        let finished = ctx.db.write(|tx| {
+            db::jobs::finish(
+                tx,
+                job.id,
+                attempt,
+                JobStatus::Done,
+                Some(&detail),
+                crate::now(),
+            )
+        })?;
+        return Ok(JobReport {
+            job: job.id,
+            work_item: task.work_item.clone(),
+            role: job.role,
+            status: if finished { "done" } else { "stale" },
+            detail,
+            advance: None,
+        });
+    }
     let worktree = ensure_worktree(ctx, task, &repo)?;
     let outcome = launch_agent(ctx, job, attempt, task, &repo, &worktree)?;
     finish_agent_run(ctx, job, attempt, task, &repo, &worktree, outcome)
@@ -356,7 +385,7 @@ fn launch_agent(
 }
 
 /// Every variable named by a `*_env` key of the config (SPEC §9).
-fn secret_env_names(ctx: &Ctx) -> Vec<String> {
+pub fn secret_env_names(ctx: &Ctx) -> Vec<String> {
     [&ctx.config.tracker, &ctx.config.forge, &ctx.config.chat]
         .into_iter()
         .flatten()
@@ -506,6 +535,7 @@ fn finish_agent_run(
             to: None,
             dry_run: false,
             actor: Actor::Supervisor,
+            note: None,
         },
     );
     let rep = match rep {

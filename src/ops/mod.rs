@@ -9,6 +9,7 @@ pub mod gather;
 pub mod job;
 pub mod lease;
 pub mod queue;
+pub mod runner;
 pub mod show;
 pub mod task;
 pub mod tick;

@@ -220,6 +220,7 @@ pub fn approve(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             to: None,
             dry_run: false,
             actor: Actor::Operator,
+            note: None,
         },
     )?;
     let (code, message) = match rep.outcome {
@@ -558,7 +559,23 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             advance: None,
         });
     }
+    // A hold ended its stage's job; resuming gives the stage a fresh one, or nothing would run.
+    let requeue = if task.held_at.is_some() {
+        let live = db::jobs::of_task(ctx.db.conn(), task.id)?.iter().any(|j| {
+            matches!(
+                j.status,
+                crate::domain::stage::JobStatus::Queued | crate::domain::stage::JobStatus::Running
+            )
+        });
+        let repo = advance::repo_of(ctx, &task)?;
+        role_on_entry(task.stage, repo, &task).filter(|_| !live)
+    } else {
+        None
+    };
     write(ctx, |ctx, tx| {
+        if let Some(role) = requeue {
+            enqueue(ctx, tx, &task, role, task.stage, None)?;
+        }
         db::tasks::set_paused(tx, task.id, None, ctx.now)?;
         db::tasks::set_held(tx, task.id, None, ctx.now)?;
         // Resuming also clears a breakpoint that has not fired yet.

@@ -215,6 +215,7 @@ fn try_advance(ctx: &Ctx, task: &TaskRow, j: &JobRow, actor: Actor) -> Option<ad
         to: None,
         dry_run: false,
         actor,
+        note: None,
     };
     match advance::advance(ctx, &req) {
         Ok(r) => Some(r),
@@ -329,6 +330,7 @@ fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Resul
             to: None,
             dry_run: false,
             actor: Actor::Reconciler,
+            note: None,
         };
         if let Err(e) = advance::advance(ctx, &req) {
             warn!(work_item = %t.work_item, "reconcile advance failed: {e:#}");
