@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::World;
@@ -180,6 +181,145 @@ fn a_test_contract_program_that_is_missing_fails() {
         detail(&doc, "repo.shop.tests").contains("`no-such-runner-xyz`"),
         "{doc:#}"
     );
+}
+
+#[test]
+fn a_smoke_url_that_does_not_parse_fails_naming_it() {
+    let w = World::with_repo_extra(
+        "tests:\n  argv: [\"true\"]\n  smoke:\n    - { url: \"http://127.0.0.1:9/health\" }\n    \
+         - { url: \"not a url\" }",
+    );
+    with_agent(&w, &stub_agent());
+    let doc = w.ok(&["doctor", "--json"], 1).json();
+    assert_eq!(status(&doc, "repo.shop.tests"), "ok");
+    assert_eq!(status(&doc, "repo.shop.smoke"), "fail");
+    let d = detail(&doc, "repo.shop.smoke");
+    assert!(d.contains("`not a url`"), "{d}");
+    assert!(d.contains("repos[shop].tests.smoke[1].url"), "{d}");
+    assert!(!d.contains("127.0.0.1"), "the good URL is not blamed: {d}");
+}
+
+#[test]
+fn a_staging_program_that_is_missing_fails() {
+    let w = World::with_repo_extra("staging: { argv: [\"no-such-staging-xyz\", \"--now\"] }");
+    with_agent(&w, &stub_agent());
+    let doc = w.ok(&["doctor", "--json"], 1).json();
+    assert_eq!(status(&doc, "repo.shop.staging"), "fail");
+    let d = detail(&doc, "repo.shop.staging");
+    assert!(d.contains("`no-such-staging-xyz` not found on PATH"), "{d}");
+    assert!(d.contains("repos[shop].staging.argv"), "{d}");
+    // No ssh in the contract, so no ssh probe.
+    assert!(
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["name"] != "repo.shop.staging_ssh"),
+        "{doc:#}"
+    );
+
+    // A path relative to the worktree cannot be checked before the worktree exists.
+    let w = World::with_repo_extra("staging: { argv: [\"scripts/deploy-staging.sh\"] }");
+    with_agent(&w, &stub_agent());
+    let doc = w.ok(&["doctor", "--json"], 0).json();
+    assert_eq!(status(&doc, "repo.shop.staging"), "ok");
+    assert!(
+        detail(&doc, "repo.shop.staging").contains("relative to the task's worktree"),
+        "{doc:#}"
+    );
+}
+
+/// A world whose staging contract goes over ssh to `deploy@staging.invalid`, and a fake `ssh`
+/// early on PATH that records its arguments and exits `code` (255 with ssh's own complaint).
+fn doctor_with_fake_ssh(code: i32) -> (World, common::Run, Vec<String>) {
+    let w = World::with_repo_extra(
+        "staging:\n  argv: [\"/srv/app/deploy-staging.sh\", \"--fast\"]\n  \
+         ssh: { user: deploy, host: staging.invalid }",
+    );
+    with_agent(&w, &stub_agent());
+    let bin = w.dir.path().join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let args = w.dir.path().join("ssh-args");
+    let script = bin.join("ssh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\n\
+             [ {code} -eq 0 ] || echo 'ssh: connect to host staging.invalid port 22: Connection \
+             refused' >&2\nexit {code}\n",
+            args.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let out = w
+        .orch_cmd(&["doctor", "--json"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let run = common::Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    let argv = std::fs::read_to_string(&args)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect();
+    (w, run, argv)
+}
+
+#[test]
+fn a_staging_ssh_target_that_answers_is_ok() {
+    let (_w, r, argv) = doctor_with_fake_ssh(0);
+    assert_eq!(r.code, 0, "{r:?}");
+    let doc = r.json();
+    assert_eq!(status(&doc, "repo.shop.staging_ssh"), "ok");
+    assert_eq!(
+        detail(&doc, "repo.shop.staging_ssh"),
+        "deploy@staging.invalid answers"
+    );
+    assert_eq!(
+        argv,
+        [
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "--",
+            "deploy@staging.invalid",
+            "true"
+        ]
+    );
+    // The program runs on the staging host, so this machine's PATH says nothing about it.
+    assert_eq!(status(&doc, "repo.shop.staging"), "ok");
+    assert!(
+        detail(&doc, "repo.shop.staging").contains("runs on deploy@staging.invalid over ssh"),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn a_staging_ssh_target_that_does_not_answer_fails() {
+    let (_w, r, argv) = doctor_with_fake_ssh(255);
+    assert_eq!(r.code, 1, "{r:?}");
+    let doc = r.json();
+    assert_eq!(status(&doc, "repo.shop.staging_ssh"), "fail");
+    let d = detail(&doc, "repo.shop.staging_ssh");
+    assert!(d.contains("(exit 255)"), "{d}");
+    assert!(
+        d.contains("ssh: connect to host staging.invalid port 22: Connection refused"),
+        "{d}"
+    );
+    assert!(d.contains("deploy@staging.invalid"), "{d}");
+    assert_eq!(argv.last().map(String::as_str), Some("true"));
+    // The other checks still ran.
+    assert_eq!(status(&doc, "repo.shop.main"), "ok");
 }
 
 #[test]

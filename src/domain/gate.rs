@@ -193,7 +193,33 @@ pub fn feedback_of(stage: Stage, bytes: &[u8]) -> String {
         | Stage::Done
         | Stage::Cancelled => body.to_string(),
     };
-    cap(picked.trim_end(), 16 * 1024)
+    match stage {
+        // Test output is a tail already: its end (the failure) is what must survive the cap.
+        Stage::Testing => cap_tail(picked.trim_end(), 16 * 1024),
+        Stage::Created
+        | Stage::Analysis
+        | Stage::Architecture
+        | Stage::Development
+        | Stage::Review
+        | Stage::DeployStaging
+        | Stage::Deploy
+        | Stage::Done
+        | Stage::Cancelled => cap(picked.trim_end(), 16 * 1024),
+    }
+}
+
+/// Keep the last `max` bytes, from a line boundary.
+fn cap_tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    let rest = &s[start..];
+    let rest = rest.split_once('\n').map(|(_, r)| r).unwrap_or(rest);
+    format!("… (earlier output cut at {} KiB)\n{rest}", max / 1024)
 }
 
 /// The markdown after the frontmatter (or all of it when there is none).
@@ -594,6 +620,23 @@ mod tests {
             merge: false,
         };
         assert_eq!(not_applicable(Stage::DeployStaging, with), None);
+    }
+
+    #[test]
+    fn long_test_output_keeps_its_end() {
+        let mut out = String::from("---\nresult: FAIL\n---\n## Test output\n");
+        for i in 0..2000 {
+            out.push_str(&format!("test case_{i} ... ok\n"));
+        }
+        out.push_str("FINAL-FAILURE-LINE\n");
+        let fb = feedback_of(Stage::Testing, out.as_bytes());
+        assert!(
+            fb.ends_with("FINAL-FAILURE-LINE"),
+            "{}",
+            &fb[fb.len() - 100..]
+        );
+        assert!(fb.starts_with("… (earlier output cut"));
+        assert!(fb.len() < 17 * 1024);
     }
 
     #[test]

@@ -286,9 +286,18 @@ pub fn test_report(f: &ReportFacts<'_>) -> String {
             l.detail
         );
     }
+    // The failed smoke checks lead the output section: it is what a rollback hands to the
+    // developer, and a suite that passed says nothing about them.
+    let failed_smoke: String = f
+        .smoke
+        .iter()
+        .filter(|l| !l.ok)
+        .map(|l| format!("smoke check failed: {} {}\n", l.url, l.detail))
+        .collect();
     let _ = write!(
         s,
-        "\n## Test output\n\n```text\n{}\n```\n\n## Conclusion\n\n{}\n",
+        "\n## Test output\n\n```text\n{}{}\n```\n\n## Conclusion\n\n{}\n",
+        failed_smoke,
         f.output_tail.replace("```", "ʼʼʼ"),
         conclusion(f, "the change may go on to staging", "back to development")
     );

@@ -1,6 +1,7 @@
 //! `orch doctor`: checks that what the config names actually exists and answers — the config
 //! file itself, the state and repos directories, the database, `git`, the agent program, each
-//! repo's remote, its `main` branch and the programs of its test contract and CI command, the
+//! repo's remote, its `main` branch, the programs of its test contract, staging contract and CI
+//! command, the smoke URLs of its test contract, the ssh target of its staging contract, the
 //! secrets of the configured services and the systemd units. Each check is one `Check` with a
 //! status (`ok`, `warn`, `fail`) and a one-line detail that says what to fix.
 //!
@@ -364,6 +365,39 @@ fn repo_checks(
             &t.argv[0],
             &resolve_program(&t.argv[0], path_var),
         ));
+        if !t.smoke.is_empty() {
+            let urls: Vec<&str> = t.smoke.iter().map(|s| s.url.as_str()).collect();
+            checks.push(smoke_check(n("smoke"), &repo.name, &urls));
+        }
+    }
+    if let Some(s) = &repo.staging {
+        let program = &s.argv[0];
+        match &s.ssh {
+            // The argv runs on the staging host: whether the program is there is for the
+            // `staging_ssh` probe and the run itself to tell, not for this machine's PATH.
+            Some(ssh) => {
+                checks.push(Check::new(
+                    n("staging"),
+                    Status::Ok,
+                    format!(
+                        "`{}` runs on {}@{} over ssh; not checked here",
+                        printable(program),
+                        printable(&ssh.user),
+                        printable(&ssh.host)
+                    ),
+                ));
+                checks.push(ssh_check(n("staging_ssh"), &ssh.user, &ssh.host));
+            }
+            None => {
+                let key = format!("repos[{}].staging.argv", repo.name);
+                checks.push(program_check(
+                    &n("staging"),
+                    &key,
+                    program,
+                    &resolve_program(program, path_var),
+                ));
+            }
+        }
     }
     match repo.ci.mode {
         CiMode::Command => {
@@ -382,6 +416,90 @@ fn repo_checks(
              the development gate never passes",
         )),
         CiMode::Status | CiMode::None => {}
+    }
+}
+
+/// The staging host answers a no-op over ssh the way the runner will reach it: keys only
+/// (`BatchMode`), and a short connect timeout so a silent host cannot stall the doctor.
+fn ssh_check(name: String, user: &str, host: &str) -> Check {
+    let target = format!("{user}@{host}");
+    let shown = printable(&target);
+    let cmd = Cmd::new("ssh")
+        .args(SSH_OPTIONS.split(' '))
+        .args(["--", target.as_str(), "true"])
+        .env("LC_ALL", "C");
+    match cmd.output() {
+        Ok(out) if out.success() => Check::new(name, Status::Ok, format!("{shown} answers")),
+        Ok(out) => Check::new(
+            name,
+            Status::Fail,
+            format!(
+                "`{}` failed ({}): {}; check that the orch user can log in to {shown} with a \
+                 key and no prompt, and that the host key is known",
+                cmd.display(),
+                out.status_text(),
+                printable(first_cause(&String::from_utf8_lossy(&out.stderr)))
+            ),
+        ),
+        Err(e) => Check::new(
+            name,
+            Status::Fail,
+            format!("{e:#}; install the ssh client, the staging contract runs through it"),
+        ),
+    }
+}
+
+/// Why a smoke URL cannot be fetched, or `None` when it is an absolute `http`/`https` URL with
+/// a host (what the runner's GET needs).
+fn smoke_url_problem(url: &str) -> Option<&'static str> {
+    let Ok(uri) = url.parse::<ureq::http::Uri>() else {
+        return Some("is not a URL");
+    };
+    match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("http" | "https") => {}
+        Some(_) => return Some("is not an http or https URL"),
+        None => return Some("has no scheme (http:// or https://)"),
+    }
+    match uri.host() {
+        Some(h) if !h.is_empty() => None,
+        _ => Some("has no host"),
+    }
+}
+
+/// The smoke URLs of a repo's test contract all parse; a bad one is named with its key.
+fn smoke_check(name: String, repo: &str, urls: &[&str]) -> Check {
+    let bad: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .filter_map(|(i, url)| {
+            smoke_url_problem(url).map(|why| {
+                format!(
+                    "`{}` {why} (repos[{repo}].tests.smoke[{i}].url)",
+                    printable(&redact_remote(url))
+                )
+            })
+        })
+        .collect();
+    if bad.is_empty() {
+        let count = urls.len();
+        Check::new(
+            name,
+            Status::Ok,
+            format!(
+                "{count} smoke URL{} parse{}",
+                if count == 1 { "" } else { "s" },
+                if count == 1 { "s" } else { "" }
+            ),
+        )
+    } else {
+        Check::new(
+            name,
+            Status::Fail,
+            format!(
+                "{}; a smoke URL must be http:// or https:// with a host",
+                bad.join("; ")
+            ),
+        )
     }
 }
 
@@ -709,6 +827,49 @@ mod tests {
         ] {
             assert_eq!(first_cause(stderr), cause);
         }
+    }
+
+    #[test]
+    fn smoke_urls_must_be_http_with_a_host() {
+        for (url, problem) in [
+            ("http://127.0.0.1:8080/health", None),
+            ("https://shop.example/", None),
+            ("HTTPS://shop.example", None),
+            ("http://[::1]:80/x?y=1", None),
+            ("not a url", Some("is not a URL")),
+            ("", Some("is not a URL")),
+            ("ftp://shop.example/", Some("is not an http or https URL")),
+            ("/health", Some("has no scheme (http:// or https://)")),
+            (
+                "shop.example:8080",
+                Some("has no scheme (http:// or https://)"),
+            ),
+        ] {
+            assert_eq!(smoke_url_problem(url), problem, "{url:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_smoke_url_is_named_with_its_key_and_no_password() {
+        let c = smoke_check(
+            "repo.shop.smoke".into(),
+            "shop",
+            &["http://ok.example/", "https://bot:s3cret@x y/"],
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.detail.contains("repos[shop].tests.smoke[1].url"),
+            "{}",
+            c.detail
+        );
+        assert!(c.detail.contains("bot:***@x y"), "{}", c.detail);
+        assert!(!c.detail.contains("s3cret"), "{}", c.detail);
+        assert!(!c.detail.contains("ok.example"), "{}", c.detail);
+        let c = smoke_check("repo.shop.smoke".into(), "shop", &["http://ok.example/"]);
+        assert_eq!(
+            (c.status, c.detail.as_str()),
+            (Status::Ok, "1 smoke URL parses")
+        );
     }
 
     #[test]
