@@ -111,14 +111,14 @@ pub enum Command {
     /// Run the repo's test contract for a task, classify, report, and advance (SPEC 6.1)
     RunTests {
         work_item: String,
-        /// Dry check: report under the state dir, change nothing
+        /// Dry check: report under the state dir and one `checked` history row; no commit, job or stage change
         #[arg(long)]
         no_advance: bool,
     },
     /// Run the repo's staging contract for a task, classify, report, and advance (SPEC 6.2)
     RunStaging {
         work_item: String,
-        /// Dry check: report under the state dir, change nothing
+        /// Dry check: report under the state dir and one `checked` history row; no commit, job or stage change
         #[arg(long)]
         no_advance: bool,
     },
@@ -127,6 +127,26 @@ pub enum Command {
     Job(JobCmd),
     /// Check config, database, git, agent command, repo remotes, services, unit files
     Doctor,
+    /// Pending and failed outbound effects (tracker, forge, chat)
+    Outbox {
+        /// Only the failed ones
+        #[arg(long)]
+        failed: bool,
+    },
+    /// Ingest one webhook delivery (body on stdin), or re-drive a stored one with --replay
+    Ingest(IngestArgs),
+    /// The webhook inbox, newest first (200 at most)
+    Events {
+        /// Only rejected deliveries
+        #[arg(long)]
+        rejected: bool,
+    },
+    /// The webhook shim: POST /webhook/plane|gitea, GET /health, /queue, /metrics
+    Serve {
+        /// Address to listen on; port 0 picks a free port (printed as `listening on ADDR`)
+        #[arg(long, default_value = "127.0.0.1:8500", value_name = "ADDR")]
+        listen: String,
+    },
     /// Build a throwaway world and drive one task from created to done with real ticks
     Demo {
         /// Where to build the world (kept)
@@ -136,6 +156,28 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IngestSource {
+    Plane,
+    Gitea,
+}
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// Who sent the delivery (optional with --replay)
+    #[arg(value_enum, required_unless_present = "replay")]
+    pub source: Option<IngestSource>,
+    /// A request header, as `Name: value` (repeatable)
+    #[arg(long = "header", value_name = "NAME: VALUE", conflicts_with = "replay")]
+    pub headers: Vec<String>,
+    /// Read the body from FILE instead of stdin
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub body: Option<PathBuf>,
+    /// Re-drive the newest stored delivery with this id through routing
+    #[arg(long, value_name = "DELIVERY_ID")]
+    pub replay: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -104,6 +104,9 @@ pub struct RepoCfg {
     pub staging: Option<StagingCfg>,
     pub deploy: Option<DeployCfg>,
     pub plane_project: Option<String>,
+    /// `owner/name` of the repo on the forge (default: read from `remote`).
+    #[serde(default)]
+    pub forge_repo: Option<String>,
     /// Labels every task of this repo carries (for example `auto-approve` in a sandbox repo).
     #[serde(default)]
     pub default_labels: Vec<String>,
@@ -513,6 +516,11 @@ fn validate(cfg: &Config) -> Result<()> {
                 format!("`{}` is not a valid branch name", r.main),
             ));
         }
+        if let Some(f) = &r.forge_repo
+            && crate::ext::gitea::ForgeRepo::parse(f).is_none()
+        {
+            return Err(bad(key("forge_repo"), "must be `owner/name`".into()));
+        }
         if r.ci.mode == CiMode::Command && r.ci.argv.is_empty() {
             return Err(bad(
                 key("ci.argv"),
@@ -552,12 +560,19 @@ fn validate(cfg: &Config) -> Result<()> {
                 .map_err(|e| bad(key(&format!("agent.{role}")), e.to_string()))?;
         }
     }
-    for (name, svc) in [
-        ("tracker", &cfg.tracker),
-        ("forge", &cfg.forge),
-        ("chat", &cfg.chat),
+    for (name, svc, kinds) in [
+        ("tracker", &cfg.tracker, &["plane"][..]),
+        ("forge", &cfg.forge, &["gitea", "git"][..]),
+        ("chat", &cfg.chat, &["telegram"][..]),
     ] {
         if let Some(s) = svc {
+            // A typo here would silently turn outbound writes off.
+            if !kinds.contains(&s.kind.as_str()) {
+                return Err(bad(
+                    format!("{name}.kind"),
+                    format!("`{}` is not one of: {}", s.kind, kinds.join(", ")),
+                ));
+            }
             for (k, v) in [
                 ("token_env", &s.token_env),
                 ("webhook_secret_env", &s.webhook_secret_env),
@@ -622,6 +637,7 @@ mod tests {
                 "repos[1].name",
             ),
             ("agent: {roles: {poet: {model: x}}}\n", "agent.roles.poet"),
+            ("tracker: {kind: jira}\n", "tracker.kind"),
         ] {
             let e = load_str(yaml).unwrap_err().to_string();
             assert!(e.contains(key), "{yaml:?}: {e}");

@@ -80,6 +80,13 @@ fn init_logging(global: &cli::Global) {
         (false, _) => "debug",
     };
     let filter = EnvFilter::try_from_env("ORCH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // The HTTP library's trace lines hold full request paths, and a chat token is one.
+    let filter = ["ureq=warn", "ureq_proto=warn"]
+        .iter()
+        .fold(filter, |f, d| match d.parse() {
+            Ok(d) => f.add_directive(d),
+            Err(_) => f,
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -120,7 +127,8 @@ fn dispatch(cli: Cli) -> Result<Code> {
         return cmd::demo::run(g, dir.as_deref(), *keep);
     }
     let mut ctx = Ctx::open(g)?;
-    match cli.command {
+    let deliver = cmd::outbox::delivers_after(&cli.command);
+    let code = match cli.command {
         Command::Init { .. } => Ok(Code::Ok),
         Command::Task(t) => cmd::task::run(&mut ctx, t),
         Command::Approve { work_item } => cmd::approve::run(&mut ctx, &work_item),
@@ -162,6 +170,14 @@ fn dispatch(cli: Cli) -> Result<Code> {
         ),
         Command::Job(j) => cmd::job::run(&mut ctx, j),
         Command::Doctor => cmd::doctor::run(&mut ctx),
+        Command::Outbox { failed } => cmd::outbox::run(&mut ctx, failed),
+        Command::Ingest(a) => cmd::ingest::run(&mut ctx, a),
+        Command::Events { rejected } => cmd::events::run(&mut ctx, rejected),
+        Command::Serve { listen } => cmd::serve::run(&mut ctx, &listen),
         Command::Demo { .. } => unreachable!("handled before the context is built"),
+    };
+    if deliver {
+        cmd::outbox::deliver_after(&ctx);
     }
+    code
 }

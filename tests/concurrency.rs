@@ -17,7 +17,9 @@ use common::{Run, World, wait_output};
 const TASKS: usize = 300;
 const MAX_CONCURRENCY: i64 = 4;
 const TICKS_PER_ROUND: usize = 8;
-const DEADLINE: Duration = Duration::from_secs(150);
+const DEADLINE: Duration = Duration::from_secs(300);
+/// The longest wait between two rounds.
+const ROUND_PAUSE: Duration = Duration::from_millis(500);
 
 fn stub_agent() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stub-agent")
@@ -43,6 +45,22 @@ fn count(w: &World, sql: &str) -> i64 {
     w.sql(sql)
         .trim()
         .parse()
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// A read-only connection of the test's own, beside orch's writers.
+fn open_read_only(db: &Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .expect("open the database read-only");
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
+    c
+}
+
+fn scalar(c: &rusqlite::Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
@@ -134,14 +152,8 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
         let max_running = max_running.clone();
         let db = w.db_path();
         thread::spawn(move || {
-            let c = rusqlite::Connection::open_with_flags(
-                &db,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .expect("the watcher opens the database");
-            c.busy_timeout(Duration::from_secs(10)).unwrap();
-            let (mut samples, mut errors) = (0u64, Vec::new());
+            let c = open_read_only(&db);
+            let (mut samples, mut total, mut errors) = (0u64, 0u64, Vec::new());
             while !stop.load(Ordering::SeqCst) {
                 match c.query_row(
                     "SELECT count(*) FROM jobs WHERE status = 'running'",
@@ -150,16 +162,18 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
                 ) {
                     Ok(n) => {
                         samples += 1;
+                        total += n as u64;
                         max_running.fetch_max(n as u64, Ordering::SeqCst);
                     }
                     Err(e) => errors.push(e.to_string()),
                 }
                 thread::sleep(Duration::from_millis(20));
             }
-            (samples, errors)
+            (samples, total, errors)
         })
     };
 
+    let monitor = open_read_only(&w.db_path());
     let started = Instant::now();
     let mut rounds = 0u32;
     let mut ticks: Vec<Run> = Vec::new();
@@ -179,8 +193,8 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
             .collect();
         ticks.extend(children.into_iter().map(wait_output));
         // Every job is terminal (the analyst jobs leave nothing behind to run).
-        if count(
-            &w,
+        if scalar(
+            &monitor,
             "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')",
         ) == 0
         {
@@ -189,8 +203,18 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
         if started.elapsed() > DEADLINE {
             break false;
         }
-        // Let the supervisors work rather than spend the CPU on ticks that find no free slot.
-        thread::sleep(Duration::from_millis(50));
+        // The next round starts as soon as a slot is free (or after a pause even when none is,
+        // so full passes keep running too); ticks that could launch nothing would only take the
+        // CPU from the supervisors.
+        let pause = Instant::now();
+        while pause.elapsed() < ROUND_PAUSE
+            && scalar(
+                &monitor,
+                "SELECT count(*) FROM jobs WHERE status = 'running'",
+            ) >= MAX_CONCURRENCY
+        {
+            thread::sleep(Duration::from_millis(10));
+        }
     };
     let ticking = started.elapsed();
 
@@ -205,13 +229,16 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
     while pids.iter().any(|&p| alive(p)) && quiet.elapsed() < Duration::from_secs(30) {
         thread::sleep(Duration::from_millis(50));
     }
+    drop(monitor);
     stop.store(true, Ordering::SeqCst);
-    let (samples, watch_errors) = watcher.join().expect("the watcher does not panic");
+    let (samples, total_running, watch_errors) =
+        watcher.join().expect("the watcher does not panic");
     let max_seen = max_running.load(Ordering::SeqCst) as i64;
 
     eprintln!(
         "concurrency: {TASKS} tasks added in {added:.1?}; {rounds} rounds of {TICKS_PER_ROUND} \
-         ticks in {ticking:.1?}; watcher: {samples} samples, max running {max_seen}; total {:.1?}",
+         ticks in {ticking:.1?}; watcher: {samples} samples, max running {max_seen}, mean {:.2}; total {:.1?}",
+        total_running as f64 / samples.max(1) as f64,
         t0.elapsed()
     );
 
@@ -227,15 +254,24 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    // Throughput is bounded by the supervisors (git, the stub, the advance) at most
+    // MAX_CONCURRENCY at a time: on a starved machine a timeout with every job done or queued
+    // and the slots full is slowness, not a lost job.
     assert!(
         finished,
-        "not every job finished within {DEADLINE:?} ({rounds} rounds)\n{diag}"
+        "not every job finished within {DEADLINE:?} ({rounds} rounds, mean running {:.2} of \
+         {MAX_CONCURRENCY}, load average {})\n{diag}",
+        total_running as f64 / samples.max(1) as f64,
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
     );
 
     // The ticks: each either skipped on the tick lock or did a clean pass.
     let mut launched_sum = 0u32;
     let mut launched_jobs: BTreeMap<i64, u32> = BTreeMap::new();
     let mut passes = 0u32;
+    let mut recovered: Vec<String> = Vec::new();
     for t in &ticks {
         assert_eq!(t.code, 0, "a tick failed:\n{t:?}\n{diag}");
         assert!(t.stderr.trim().is_empty(), "a tick warned:\n{t:?}\n{diag}");
@@ -248,8 +284,13 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
             .lines()
             .find(|l| l.starts_with("tick: "))
             .unwrap_or_else(|| panic!("no summary line:\n{t:?}"));
-        for key in ["reaped", "reclaimed", "reconciled"] {
-            assert_eq!(field(summary, key), 0, "`{key}` in a tick:\n{t:?}\n{diag}");
+        // Nothing dies and nothing is stuck here: a pass that reaps, reclaims or reconciles
+        // anything is noted, and judged after everything else has been checked.
+        if ["reaped", "reclaimed", "reconciled"]
+            .iter()
+            .any(|key| field(summary, key) != 0)
+        {
+            recovered.push(t.stdout.clone());
         }
         let n = field(summary, "launched");
         assert!(
@@ -371,6 +412,41 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
     assert_eq!(q["counts"]["failed"], 0, "{q:#}");
     assert_eq!(q["counts"]["running"], 0, "{q:#}");
     assert_eq!(q["counts"]["queued"], 0, "{q:#}");
+    // No tick reaped, reclaimed or reconciled anything: every supervisor ran to its end and
+    // released what it held. A "reclaim" here names a lease whose owner — the supervisor of a
+    // job that ended `done` on its first attempt, with a clean log — released it itself.
+    if !recovered.is_empty() {
+        let supervisors = w.sql(
+            "SELECT t.work_item, j.id, j.status, j.attempts, j.supervisor_pid \
+             FROM jobs j JOIN tasks t ON t.id = j.task_id ORDER BY j.id",
+        );
+        let mut facts = Vec::new();
+        for out in &recovered {
+            for l in out.lines().map(str::trim) {
+                let Some(rest) = l.strip_prefix("reclaim transition lease of ") else {
+                    continue;
+                };
+                let wi = rest.split(':').next().unwrap_or("");
+                let job = supervisors
+                    .lines()
+                    .find(|r| r.split('|').next() == Some(wi))
+                    .unwrap_or("?");
+                facts.push(format!(
+                    "`{l}`: its job (work item|job|status|attempts|supervisor pid) = {job}"
+                ));
+            }
+        }
+        panic!(
+            "{} tick pass(es) reaped, reclaimed or reconciled although no supervisor died \
+             (transition leases left now: {}; supervisor log trouble: {} lines):\n{}\n{}",
+            recovered.len(),
+            w.sql("SELECT count(*) FROM transition_lease"),
+            trouble.len(),
+            recovered.join("\n"),
+            facts.join("\n")
+        );
+    }
+
     let t_drop = Instant::now();
     drop(w);
     eprintln!("concurrency: world removed in {:.1?}", t_drop.elapsed());

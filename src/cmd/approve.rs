@@ -6,6 +6,6 @@ use crate::Ctx;
 use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str) -> Result<Code> {
-    let g = crate::ops::task::approve(ctx, wi)?;
+    let g = crate::ops::task::approve(ctx, wi, crate::ops::advance::Actor::Operator)?;
     Ok(super::print_gesture(ctx.json, &g))
 }

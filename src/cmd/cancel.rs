@@ -6,6 +6,6 @@ use crate::Ctx;
 use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str, reason: Option<&str>) -> Result<Code> {
-    let g = crate::ops::task::cancel(ctx, wi, reason)?;
+    let g = crate::ops::task::cancel(ctx, wi, reason, crate::ops::advance::Actor::Operator)?;
     Ok(super::print_gesture(ctx.json, &g))
 }

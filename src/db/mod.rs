@@ -3,9 +3,12 @@
 //! through `Db::write`, a `BEGIN IMMEDIATE` transaction, so writers queue on SQLite's lock instead
 //! of failing halfway; stage writes are compare-and-swap (`tasks::cas_stage`).
 
+pub mod events;
 pub mod jobs;
 pub mod leases;
+pub mod metrics;
 pub mod misc;
+pub mod outbox;
 mod schema;
 pub mod tasks;
 pub mod transitions;
@@ -38,6 +41,14 @@ impl Db {
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
         )
         .context("setting database pragmas")?;
+        // Every orch command is a short process: checkpointing the WAL into the database (four
+        // fsyncs) on every close would dominate its latency. SQLite's automatic checkpoints on
+        // commit still bound the WAL.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .context("disabling the checkpoint on close")?;
         let mut db = Db { conn };
         db.migrate()
             .with_context(|| format!("migrating database `{}`", path.display()))?;

@@ -195,4 +195,40 @@ CREATE TABLE breaker (
     reason     TEXT NOT NULL
 );
 "#,
+    // 2: outbound integrations (SPEC §9): the tracker issue a task mirrors, ordered outbox
+    // delivery, the tracker's state names per project (a cache), the reconciler's forge polls.
+    r#"
+ALTER TABLE tasks ADD COLUMN tracker_ref TEXT;   -- the tracker's issue id (Plane), when known
+
+-- Rows sharing a `seq_key` (one tracker issue) are delivered in id order: a newer row waits
+-- while an older one is still pending.
+ALTER TABLE outbox ADD COLUMN seq_key TEXT;
+CREATE INDEX outbox_seq ON outbox(seq_key, id) WHERE status = 'pending';
+CREATE INDEX outbox_failed ON outbox(id) WHERE status = 'failed';
+
+CREATE TABLE tracker_states (
+    project    TEXT NOT NULL,
+    state_id   TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    grp        TEXT NOT NULL,                -- backlog | unstarted | started | completed | cancelled
+    is_default INTEGER NOT NULL DEFAULT 0,
+    position   INTEGER NOT NULL,             -- the order the tracker lists them in
+    fetched_at INTEGER NOT NULL,
+    PRIMARY KEY (project, state_id)
+) WITHOUT ROWID;
+
+CREATE TABLE ci_polls (
+    task_id   INTEGER PRIMARY KEY REFERENCES tasks(id),
+    polled_at INTEGER NOT NULL
+);
+"#,
+    // 3: the webhook inbox (SPEC §8): the work item a delivery acted on, the size of the body as
+    // received (a rejected body is stored cut), the row a replay re-drove, and the lookup of
+    // `orch ingest --replay <delivery-id>` without a source.
+    r#"
+ALTER TABLE events ADD COLUMN work_item TEXT;
+ALTER TABLE events ADD COLUMN body_size INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE events ADD COLUMN replay_of INTEGER;
+CREATE INDEX events_delivery_only ON events(delivery_id, id);
+"#,
 ];

@@ -346,3 +346,28 @@ pub fn stages_of(c: &Connection, ids: &[i64]) -> Result<Vec<(i64, String, Stage)
     }
     Ok(out)
 }
+
+/// Link a task to its tracker issue (the Plane issue id it was created from), or unlink it.
+/// Only a linked task's transitions are mirrored to the tracker (`ops::notify`).
+pub fn set_tracker_ref(
+    c: &Connection,
+    id: TaskId,
+    tracker_ref: Option<&str>,
+    now: Ts,
+) -> Result<()> {
+    c.execute(
+        "UPDATE tasks SET tracker_ref = ?1, updated_at = ?2 WHERE id = ?3",
+        params![tracker_ref, now, id.0],
+    )?;
+    Ok(())
+}
+
+/// The tracker issue a task is linked to, if any.
+pub fn tracker_ref(c: &Connection, id: TaskId) -> Result<Option<String>> {
+    Ok(
+        c.prepare_cached("SELECT tracker_ref FROM tasks WHERE id = ?")?
+            .query_row([id.0], |r| r.get::<_, Option<String>>(0))
+            .optional()?
+            .flatten(),
+    )
+}

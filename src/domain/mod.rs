@@ -9,5 +9,7 @@ pub mod ids;
 pub mod liveness;
 pub mod prompt;
 pub mod runner;
+pub mod sandbox;
 pub mod stage;
 pub mod time;
+pub mod webhook;

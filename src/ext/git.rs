@@ -756,6 +756,35 @@ impl Git {
         Ok(())
     }
 
+    /// `git push origin --delete refs/heads/<branch>` from the clone (a cancelled task's
+    /// feature branch). Refuses `main`, `master` and the repo's main branch. `false` when the
+    /// remote has no such branch, so a repeated delete is not an error.
+    pub fn delete_remote_branch(
+        &self,
+        lock: &RepoLock,
+        repo: &RepoRef<'_>,
+        branch: &str,
+    ) -> Result<bool> {
+        self.check(lock, repo)?;
+        check_branch(branch)?;
+        if branch == "main" || branch == "master" || branch == repo.main {
+            bail!(
+                "refusing to delete {branch} of repo {}: only work branches are deleted",
+                repo.name
+            );
+        }
+        if !self.branch_exists_remote(repo, branch)? {
+            return Ok(false);
+        }
+        let clone = self.require_clone(repo)?;
+        git_in(&clone)
+            .args(["push", "--no-verify", "--quiet", "origin", "--delete"])
+            .arg(format!("refs/heads/{branch}"))
+            .checked()
+            .with_context(|| format!("deleting {branch} of repo {} on its remote", repo.name))?;
+        Ok(true)
+    }
+
     fn check(&self, lock: &RepoLock, repo: &RepoRef<'_>) -> Result<()> {
         check_repo(repo)?;
         if lock.name != repo.name || lock.repos_dir != self.repos_dir {

@@ -3,7 +3,10 @@
 
 pub mod env;
 pub mod git;
+pub mod gitea;
 pub mod http;
 pub mod lock;
+pub mod plane;
 pub mod proc;
 pub mod sys;
+pub mod telegram;

@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::Ctx;
 use crate::config::{DeployMode, RepoCfg};
@@ -224,7 +224,16 @@ pub fn record(
             artifact_sha256: None,
         },
         ctx.now,
-    )
+    )?;
+    let hop = crate::ops::notify::Hop {
+        id: tx.last_insert_rowid(),
+        from,
+        to,
+        actor: actor.as_str(),
+        outcome,
+        reason,
+    };
+    crate::ops::notify::on_transition(ctx, tx, task, &hop)
 }
 
 /// The whole use-case.
@@ -462,6 +471,8 @@ fn apply_forward(
                 "paused",
                 &reason,
             )?;
+            let text = format!("paused at breakpoint: {summary}");
+            crate::ops::notify::alert(ctx, tx, Some(task), &text);
         }
         let job = match (plan.hops.is_empty(), role) {
             (false, Some(role)) => Some(enqueue(ctx, tx, task, role, final_stage, None)?),
@@ -472,9 +483,6 @@ fn apply_forward(
     let Some(job) = applied else {
         return lost(ctx, task, req);
     };
-    if plan.breakpoint.is_some() {
-        warn!(work_item = %task.work_item, "alert: paused at breakpoint: {summary}");
-    }
     Ok(Report {
         work_item: task.work_item.clone(),
         from: task.stage,
@@ -559,6 +567,8 @@ fn apply_failure(
             record(
                 ctx, tx, task, task.stage, task.stage, req.actor, "blocked", &why,
             )?;
+            let text = format!("task blocked: {headline}");
+            crate::ops::notify::alert(ctx, tx, Some(task), &text);
             Ok(Some(None))
         }
         FailPlan::RollBack { new_retries } => {
@@ -606,9 +616,6 @@ fn apply_failure(
     let Some(job) = applied else {
         return lost(ctx, task, req);
     };
-    if outcome == Outcome::Blocked {
-        warn!(work_item = %task.work_item, "alert: task blocked: {headline}");
-    }
     Ok(Report {
         work_item: task.work_item.clone(),
         from: task.stage,
@@ -720,6 +727,15 @@ fn override_to(
             },
             ctx.now,
         )?;
+        let hop = crate::ops::notify::Hop {
+            id: tx.last_insert_rowid(),
+            from: task.stage,
+            to: ov.to,
+            actor: Actor::Operator.as_str(),
+            outcome: "override",
+            reason: &ov.reason,
+        };
+        crate::ops::notify::on_transition(ctx, tx, task, &hop)?;
         let job = match role {
             Some(r) => Some(enqueue(ctx, tx, task, r, ov.to, None)?),
             None => None,

@@ -470,12 +470,13 @@ fn finish_agent_run(
         let why = format!("usage limit reached ({})", job.role);
         ctx.db.write(|tx| {
             db::misc::open_breaker(tx, until, &why)?;
+            let text = format!(
+                "{why}; dispatch suspended until {}",
+                crate::domain::time::rfc3339(until)
+            );
+            crate::ops::notify::alert(ctx, tx, Some(task), &text);
             db::jobs::requeue(tx, job.id, attempt, until, &why, true)
         })?;
-        warn!(
-            "alert: {why}; dispatch suspended until {}",
-            crate::domain::time::rfc3339(until)
-        );
         return Ok(report("queued", why, None));
     }
 
@@ -662,17 +663,20 @@ pub fn retry_or_fail(
         Ok(if requeued { "queued" } else { "stale" })
     } else {
         let failed = ctx.db.write(|tx| {
-            db::jobs::finish(tx, job.id, attempt, JobStatus::Failed, Some(detail), now)
+            let failed =
+                db::jobs::finish(tx, job.id, attempt, JobStatus::Failed, Some(detail), now)?;
+            if failed {
+                let text = format!(
+                    "job {} ({}) of `{}` failed after {attempt} attempts: {}",
+                    job.id.0,
+                    job.role,
+                    task.work_item,
+                    tail_lines(detail, 3)
+                );
+                crate::ops::notify::alert(ctx, tx, Some(task), &text);
+            }
+            Ok(failed)
         })?;
-        if failed {
-            warn!(
-                "alert: job {} ({}) of `{}` failed after {attempt} attempts: {}",
-                job.id.0,
-                job.role,
-                task.work_item,
-                tail_lines(detail, 3)
-            );
-        }
         Ok(if failed { "failed" } else { "stale" })
     }
 }

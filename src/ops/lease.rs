@@ -169,12 +169,28 @@ pub fn release(ctx: &crate::Ctx, target: ReleaseTarget<'_>, force: bool) -> Resu
         ));
     }
     // Delete only the row we judged: a lease that changed hands meanwhile is not ours to drop.
-    let deleted = ctx.db.write(|tx| match (&target, row.task_id) {
-        (ReleaseTarget::Task(_), Some(t)) => {
-            db::leases::transition_delete_if_owner(tx, t, &row.owner)
+    let deleted = ctx.db.write(|tx| {
+        let deleted = match (&target, row.task_id) {
+            (ReleaseTarget::Task(_), Some(t)) => {
+                db::leases::transition_delete_if_owner(tx, t, &row.owner)
+            }
+            (ReleaseTarget::Merge(repo), _) => {
+                db::leases::merge_delete_if_owner(tx, repo, &row.owner)
+            }
+            (ReleaseTarget::Task(_), None) => Ok(false),
+        }?;
+        if deleted && live == Liveness::Alive {
+            let task = match row.task_id {
+                Some(t) => Some(db::tasks::get(tx, t)?),
+                None => None,
+            };
+            let text = format!(
+                "{what} force-released from live `{}` pid {}",
+                row.owner_kind, row.owner.pid
+            );
+            crate::ops::notify::alert(ctx, tx, task.as_ref(), &text);
         }
-        (ReleaseTarget::Merge(repo), _) => db::leases::merge_delete_if_owner(tx, repo, &row.owner),
-        (ReleaseTarget::Task(_), None) => Ok(false),
+        Ok(deleted)
     })?;
     if !deleted {
         return Err(exit(
@@ -184,10 +200,6 @@ pub fn release(ctx: &crate::Ctx, target: ReleaseTarget<'_>, force: bool) -> Resu
     }
     Ok(match live {
         Liveness::Alive => {
-            warn!(
-                work_item = row.work_item.as_deref().unwrap_or("-"),
-                "alert: {what} force-released from live `{}` pid {}", row.owner_kind, row.owner.pid
-            );
             format!(
                 "force-released the {what} from live `{}` pid {}",
                 row.owner_kind, row.owner.pid

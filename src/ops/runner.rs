@@ -363,7 +363,10 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
             &mut rep,
         )?,
         Decision::ReportUnfinished => {
-            warn!(work_item = %task.work_item, "alert: the test suite never finished after {used} infrastructure retries; treated as a code defect");
+            let text = format!(
+                "the test suite never finished after {used} infrastructure retries; treated as a code defect"
+            );
+            crate::ops::notify::alert(ctx, ctx.db.conn(), Some(&task), &text);
             apply_report(
                 ctx,
                 &task,
@@ -399,9 +402,11 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
                     actor(caller),
                     "held",
                     &why,
-                )
+                )?;
+                let text = format!("{} held: {why}", task.work_item);
+                crate::ops::notify::alert(ctx, tx, Some(&task), &text);
+                Ok(())
             })?;
-            warn!(work_item = %task.work_item, "alert: {} held: {why}", task.work_item);
             rep.outcome = "held".into();
             rep.reason = why;
             rep.code = Code::Held;
@@ -550,9 +555,10 @@ fn apply_report(
             dry_run: false,
             actor: actor(caller),
             note: Some(format!(
-                "{}: {}, exit {}, {:.1}s",
+                "{}: {} ({}), exit {}, {:.1}s",
                 c.identity.0,
                 rep.class,
+                rep.reason,
                 rep.exit_code
                     .map(|c| c.to_string())
                     .unwrap_or_else(|| "none".into()),
@@ -562,7 +568,8 @@ fn apply_report(
     )?;
     rep.outcome = adv.outcome.as_str().into();
     rep.enqueued_job = adv.enqueued_job.map(|j| j.0);
-    rep.reason = adv.reason.clone();
+    // The runner's own finding first (a failed smoke check shows nowhere else), then the gate's.
+    rep.reason = format!("{}; {}", rep.reason, adv.reason);
     rep.code = match (pass, adv.outcome) {
         (true, advance::Outcome::Advanced) => Code::Ok,
         (_, o) => o.code(),

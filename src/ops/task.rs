@@ -189,7 +189,7 @@ fn parse_ref(s: &str) -> Result<TaskRef> {
 }
 
 /// `orch approve`: record the approval, then advance if the analysis files exist.
-pub fn approve(ctx: &Ctx, wi: &str) -> Result<Gesture> {
+pub fn approve(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
     let r = parse_ref(wi)?;
     let task = find_task(ctx, &r)?;
     if task.stage != Stage::Analysis {
@@ -206,7 +206,7 @@ pub fn approve(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             &task,
             task.stage,
             task.stage,
-            Actor::Operator,
+            actor,
             "approved",
             "analysis approved",
         )
@@ -219,7 +219,7 @@ pub fn approve(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             as_role: None,
             to: None,
             dry_run: false,
-            actor: Actor::Operator,
+            actor,
             note: None,
         },
     )?;
@@ -246,7 +246,7 @@ pub fn approve(ctx: &Ctx, wi: &str) -> Result<Gesture> {
 }
 
 /// `orch confirm-deploy`: the only trigger of a production deploy when `require_confirm`.
-pub fn confirm_deploy(ctx: &Ctx, wi: &str) -> Result<Gesture> {
+pub fn confirm_deploy(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
     let task = find_task(ctx, &parse_ref(wi)?)?;
     if task.stage != Stage::Deploy {
         return Err(usage(format!(
@@ -276,7 +276,7 @@ pub fn confirm_deploy(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             &task,
             task.stage,
             task.stage,
-            Actor::Operator,
+            actor,
             "approved",
             "deploy confirmed",
         )?;
@@ -317,7 +317,7 @@ pub fn confirm_deploy(ctx: &Ctx, wi: &str) -> Result<Gesture> {
 }
 
 /// `orch cancel` (STOP), SPEC §3.6.
-pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>) -> Result<Gesture> {
+pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result<Gesture> {
     let task = find_task(ctx, &parse_ref(wi)?)?;
     if task.stage.is_terminal() {
         return Err(usage(format!(
@@ -339,7 +339,7 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>) -> Result<Gesture> {
                 &task,
                 task.stage,
                 task.stage,
-                Actor::Operator,
+                actor,
                 "deferred",
                 &format!(
                     "cancel requested while {}",
@@ -377,10 +377,11 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>) -> Result<Gesture> {
             &task,
             task.stage,
             Stage::Cancelled,
-            Actor::Operator,
+            actor,
             "cancelled",
             why,
         )?;
+        crate::ops::notify::on_cancel(ctx, tx, &task)?;
         Ok(running)
     })?;
     // The jobs are already `cancelled`, so a supervisor that outlives the kill cannot apply its
@@ -419,7 +420,7 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>) -> Result<Gesture> {
         work_item: tomb.clone(),
         code: Code::Ok,
         message: format!(
-            "cancelled `{}` (now `{tomb}`); stopped {} running job(s); artifacts stay on branch `{}`{}",
+            "cancelled `{}` (now `{tomb}`); stopped {} running job(s); its artifacts stay in the history of branch `{}` (the remote branch is deleted through the outbox){}",
             task.work_item,
             running.len(),
             task.branch,

@@ -1,7 +1,8 @@
 //! `orch tick` — one scheduler pass (SPEC §4.3): tick lock, reap dead supervisors, reclaim dead
-//! leases, reconcile stuck tasks whose gate already decided, claim and launch detached
-//! supervisors, drain the outbox (a hook for now). Each step is isolated: one bad task is logged
-//! and skipped, the pass goes on. `--plan` computes the same and changes nothing.
+//! leases, poll the forge for lost CI webhooks, reconcile stuck tasks whose gate already
+//! decided, claim and launch detached supervisors, drain the outbox. Each step is isolated: one
+//! bad task is logged and skipped, the pass goes on. `--plan` computes the same and changes
+//! nothing.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -33,6 +34,8 @@ pub struct TickReport {
     pub running: u32,
     pub max_concurrency: u32,
     pub queued: u32,
+    /// Outbound effects delivered by step 6 (the outbox).
+    pub sent: u32,
     /// One line per action taken (or, with `--plan`, that would be taken), with its reason.
     pub actions: Vec<String>,
     pub errors: Vec<String>,
@@ -41,14 +44,15 @@ pub struct TickReport {
 impl TickReport {
     pub fn summary(&self) -> String {
         format!(
-            "tick: reaped {}, reclaimed {}, reconciled {}, launched {}, running {}/{}, queued {}",
+            "tick: reaped {}, reclaimed {}, reconciled {}, launched {}, running {}/{}, queued {}, sent {}",
             self.reaped,
             self.reclaimed,
             self.reconciled,
             self.launched,
             self.running,
             self.max_concurrency,
-            self.queued
+            self.queued,
+            self.sent
         )
     }
 }
@@ -108,6 +112,7 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
     step("reclaim", reclaim(ctx, plan, &mut m, &mut reclaim_rep));
     let mut rec_rep = Vec::new();
     let mut k = 0;
+    step("poll-ci", poll_ci(ctx, plan, &mut rec_rep));
     step("reconcile", reconcile(ctx, plan, &mut k, &mut rec_rep));
     let mut launch_rep = Vec::new();
     let mut l = 0;
@@ -120,7 +125,22 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
     rep.actions.extend(reclaim_rep);
     rep.actions.extend(rec_rep);
     rep.actions.extend(launch_rep);
-    // The outbox (SPEC §9) is drained here once outbound integrations exist.
+    // Step 6: deliver the outbox (SPEC §9), best effort within a time budget.
+    if plan {
+        match crate::ops::outbox::due_count(ctx) {
+            Ok(0) => {}
+            Ok(n) => rep.actions.push(format!("deliver {n} outbox row(s)")),
+            Err(e) => rep.errors.push(format!("outbox: {e:#}")),
+        }
+    } else {
+        match crate::ops::outbox::drain(ctx, crate::ops::outbox::TICK_LIMIT) {
+            Ok(d) => rep.sent = d.sent,
+            Err(e) => {
+                warn!("tick outbox: {e:#}");
+                rep.errors.push(format!("outbox: {e:#}"));
+            }
+        }
+    }
     let live = db::jobs::live(ctx.db.conn())?;
     rep.running = live
         .iter()
@@ -229,31 +249,144 @@ fn try_advance(ctx: &Ctx, task: &TaskRow, j: &JobRow, actor: Actor) -> Option<ad
 /// Step 3: delete lease rows whose owner is dead.
 fn reclaim(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()> {
     let c = ctx.db.conn();
+    // Each delete is fenced on the owner judged dead, and only a delete that happened counts:
+    // an owner that released its lease since the read, or a new owner, is left alone.
     for l in crate::ops::lease::view(db::leases::transition_all(c)?) {
-        if let Liveness::Dead(r) = l.liveness {
+        let (Liveness::Dead(r), Some(t)) = (l.liveness, l.row.task_id) else {
+            continue;
+        };
+        let done = plan
+            || ctx
+                .db
+                .write(|tx| db::leases::transition_delete_if_owner(tx, t, &l.row.owner))?;
+        if done {
             out.push(format!(
                 "reclaim transition lease of {}: {}",
                 l.row.work_item.as_deref().unwrap_or("?"),
                 r.display(l.row.owner.pid)
             ));
             *n += 1;
-            if !plan && let Some(t) = l.row.task_id {
-                ctx.db
-                    .write(|tx| db::leases::transition_delete_if_owner(tx, t, &l.row.owner))?;
-            }
         }
     }
     for l in crate::ops::lease::view(db::leases::merge_all(c)?) {
-        if let Liveness::Dead(r) = l.liveness {
+        let Liveness::Dead(r) = l.liveness else {
+            continue;
+        };
+        let done = plan
+            || ctx
+                .db
+                .write(|tx| db::leases::merge_delete_if_owner(tx, &l.row.repo, &l.row.owner))?;
+        if done {
             out.push(format!(
                 "reclaim merge lease of repo {}: {}",
                 l.row.repo,
                 r.display(l.row.owner.pid)
             ));
             *n += 1;
-            if !plan {
-                ctx.db
-                    .write(|tx| db::leases::merge_delete(tx, &l.row.repo))?;
+        }
+    }
+    Ok(())
+}
+
+/// Polls of one task's branch status are at least this far apart.
+const CI_POLL_EVERY_S: i64 = 60;
+/// At most this many forge polls per pass, so a tick stays fast.
+const CI_POLLS_PER_TICK: usize = 20;
+
+/// Step 3b, lost-webhook recovery (SPEC §9): for each idle `development` task of a repo with
+/// `ci.mode: status`, ask the forge for the combined status of the branch head (at most once a
+/// minute per task) and record it into `ci_status`; step 4 then advances or rolls back as if
+/// the webhook had come. A forge that does not answer ends the polling for this pass.
+fn poll_ci(ctx: &Ctx, plan: bool, out: &mut Vec<String>) -> Result<()> {
+    use crate::config::CiMode;
+    use crate::ext::http::CallError;
+    let Some(forge) = crate::ops::notify::gitea_cfg(ctx) else {
+        return Ok(());
+    };
+    let Some(base) = forge.base_url.as_deref() else {
+        return Ok(());
+    };
+    let c = ctx.db.conn();
+    let live = db::jobs::live(c)?;
+    let idle: Vec<TaskRow> = db::tasks::active(c)?
+        .into_iter()
+        .filter(|t| {
+            t.stage == Stage::Development
+                && t.paused_at.is_none()
+                && t.blocked_at.is_none()
+                && t.held_at.is_none()
+                && ctx
+                    .config
+                    .repo(&t.repo)
+                    .is_some_and(|r| r.ci.mode == CiMode::Status)
+                && !live.iter().any(|j| j.task_id == t.id)
+        })
+        .collect();
+    if idle.is_empty() {
+        return Ok(());
+    }
+    let token = forge
+        .token_env
+        .as_deref()
+        .and_then(|n| std::env::var(n).ok());
+    let http = crate::ext::http::Http::new(Duration::from_secs(5));
+    let gitea = crate::ext::gitea::Gitea::new(&http, base, token.as_deref());
+    let mut polls = 0;
+    for t in idle {
+        if polls >= CI_POLLS_PER_TICK {
+            break;
+        }
+        if db::outbox::ci_polled_at(c, t.id)?.is_some_and(|at| ctx.now - at < CI_POLL_EVERY_S) {
+            continue;
+        }
+        let Some(fr) = ctx
+            .config
+            .repo(&t.repo)
+            .and_then(crate::ops::notify::forge_repo)
+        else {
+            continue;
+        };
+        polls += 1;
+        if plan {
+            out.push(format!("poll ci status of {} ({})", t.work_item, t.branch));
+            continue;
+        }
+        ctx.db
+            .write(|tx| db::outbox::set_ci_polled(tx, t.id, ctx.now))?;
+        match gitea.combined_status(&fr, &t.branch) {
+            Ok(s) if s.sha.len() >= 7 && s.sha.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                let n = s.statuses.len();
+                ctx.db.write(|tx| {
+                    for st in s.statuses.iter().filter(|st| !st.context.is_empty()) {
+                        let context: String = st.context.chars().take(200).collect();
+                        let detail: String = st.description.chars().take(500).collect();
+                        db::misc::set_ci_status(
+                            tx, &t.repo, &s.sha, &context, &st.state, &detail, ctx.now,
+                        )?;
+                    }
+                    Ok(())
+                })?;
+                if n > 0 {
+                    out.push(format!(
+                        "poll ci status of {}: {} at {} ({n} context(s))",
+                        t.work_item,
+                        s.state,
+                        &s.sha[..s.sha.len().min(12)]
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(work_item = %t.work_item, "could not poll the forge: {e}");
+                if matches!(
+                    e,
+                    CallError::Transient {
+                        unreachable: true,
+                        ..
+                    }
+                ) {
+                    break;
+                }
             }
         }
     }
@@ -360,6 +493,7 @@ fn apply_requested_cancel(
             ctx,
             &t.work_item,
             Some("cancel requested earlier, applied by tick"),
+            Actor::Tick,
         )?;
     }
     Ok(())

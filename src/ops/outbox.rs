@@ -1,0 +1,514 @@
+//! Delivering the outbox (SPEC §9): every due row is claimed by a fenced update, checked against
+//! the sandbox guard, performed through its client (Plane, Gitea, git, Telegram), and marked
+//! `done` with its result, or backed off `min(30 s · 2^(n−1), 1 h)` with the error, or `failed`
+//! after 20 attempts (or at once when the service refused the request itself).
+//!
+//! Best effort by design: a drain never fails because a service is down, it stops trying a
+//! service that did not answer for the rest of the pass, and it keeps within a time budget so
+//! `orch tick` stays fast. Rows of one tracker issue go out in order. Deciding *what* to send is
+//! `ops::notify`'s job; this module only delivers.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::Ctx;
+use crate::config::ServiceCfg;
+use crate::db::{self, outbox::CachedState, outbox::OutboxRow};
+use crate::domain::sandbox::{self, Service, Target, Verdict};
+use crate::ext::gitea::{Deleted, ForgeRepo, Gitea};
+use crate::ext::http::{CallError, Http};
+use crate::ext::plane::{Plane, Posted};
+use crate::ext::telegram::Telegram;
+use crate::ops::notify::{self, ChatPayload, CommentPayload, DeleteBranchPayload, StatePayload};
+
+/// After this many attempts a row is `failed`.
+pub const MAX_ATTEMPTS: u32 = 20;
+/// Rows one `orch tick` delivers at most.
+pub const TICK_LIMIT: usize = 200;
+/// A claimed row is not due again for this long (longer than any one delivery takes).
+const LEASE_S: i64 = 300;
+/// Per request.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// A drain stops claiming rows after this long.
+const TICK_BUDGET: Duration = Duration::from_secs(30);
+const AFTER_COMMAND_BUDGET: Duration = Duration::from_secs(10);
+/// How long a tracker project's state list is trusted.
+const STATES_TTL_S: i64 = 600;
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DrainReport {
+    pub sent: u32,
+    pub retried: u32,
+    pub failed: u32,
+    /// Refused by the sandbox guard (left pending).
+    pub refused: u32,
+    /// Not tried: their service did not answer earlier in this pass.
+    pub skipped: u32,
+}
+
+/// The backoff after failed attempt `n` (1-based): `min(30 s · 2^(n−1), 1 h)`.
+pub fn backoff_s(attempt: u32) -> i64 {
+    let exp = attempt.saturating_sub(1).min(20);
+    (30i64 << exp).min(3600)
+}
+
+/// Whether this process runs sandboxed (`ORCH_SANDBOX` in its environment).
+pub fn sandboxed() -> bool {
+    sandbox::sandboxed(std::env::var("ORCH_SANDBOX").ok().as_deref())
+}
+
+/// Deliver up to `limit` due rows (step 6 of `orch tick`).
+pub fn drain(ctx: &Ctx, limit: usize) -> Result<DrainReport> {
+    drain_within(ctx, limit, TICK_BUDGET)
+}
+
+/// Right after a command that may have queued rows: deliver them at once, best effort, never
+/// failing the command.
+pub fn drain_after_command(ctx: &Ctx) {
+    match drain_within(ctx, 50, AFTER_COMMAND_BUDGET) {
+        Ok(r) if r.sent + r.retried + r.failed > 0 => {
+            info!(
+                "outbox: sent {}, retrying {}, failed {}",
+                r.sent, r.retried, r.failed
+            );
+        }
+        Ok(_) => {}
+        Err(e) => warn!("outbox: {e:#}"),
+    }
+}
+
+fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport> {
+    let mut rep = DrainReport::default();
+    let started = Instant::now();
+    let sandboxed = sandboxed();
+    let http = Http::new(HTTP_TIMEOUT);
+    let mut down: HashSet<Service> = HashSet::new();
+    let mut seen: HashSet<i64> = HashSet::new();
+    let mut tried = 0usize;
+    // Delivering one row of a sequence makes the next one due, so look again while a pass
+    // made progress.
+    loop {
+        let rows = db::outbox::due(ctx.db.conn(), crate::now(), limit)?;
+        let mut progressed = false;
+        for row in rows {
+            if tried >= limit || started.elapsed() > budget {
+                return Ok(rep);
+            }
+            if !seen.insert(row.id) {
+                continue;
+            }
+            let Some(target) = Target::parse(&row.target) else {
+                if let Some(attempt) = claim(ctx, &row)? {
+                    let why = format!("malformed target `{}`", row.target);
+                    ctx.db
+                        .write(|tx| db::outbox::fail(tx, row.id, attempt, &why, crate::now()))?;
+                    rep.failed += 1;
+                }
+                continue;
+            };
+            if let Verdict::Refused(why) =
+                sandbox::check(sandboxed, &ctx.config.sandbox.allowed_projects, &target)
+            {
+                warn!(
+                    target = %target,
+                    kind = %row.kind,
+                    "SANDBOX REFUSED outbound write #{} (`{}` to `{target}`): {why}; it stays pending for an unsandboxed orch",
+                    row.id,
+                    row.kind
+                );
+                ctx.db.write(|tx| {
+                    db::outbox::note(tx, row.id, row.attempts, &format!("refused: {why}"))
+                })?;
+                rep.refused += 1;
+                continue;
+            }
+            if down.contains(&target.service) {
+                rep.skipped += 1;
+                continue;
+            }
+            let Some(attempt) = claim(ctx, &row)? else {
+                continue;
+            };
+            tried += 1;
+            let outcome = perform(ctx, &http, &row);
+            let now = crate::now();
+            match outcome {
+                Ok(result) => {
+                    info!(target = %target, "outbox #{} `{}`: {result}", row.id, row.kind);
+                    ctx.db
+                        .write(|tx| db::outbox::complete(tx, row.id, attempt, &result, now))?;
+                    rep.sent += 1;
+                    progressed = true;
+                }
+                Err(CallError::Permanent(e)) => {
+                    warn!(target = %target, "outbox #{} `{}` failed: {e}", row.id, row.kind);
+                    ctx.db
+                        .write(|tx| db::outbox::fail(tx, row.id, attempt, &e, now))?;
+                    rep.failed += 1;
+                }
+                Err(CallError::Transient {
+                    message,
+                    retry_after_s,
+                    unreachable,
+                }) => {
+                    if unreachable {
+                        down.insert(target.service);
+                    }
+                    if attempt >= MAX_ATTEMPTS {
+                        let why = format!("gave up after {attempt} attempts: {message}");
+                        warn!(target = %target, "outbox #{} `{}` failed: {why}", row.id, row.kind);
+                        ctx.db
+                            .write(|tx| db::outbox::fail(tx, row.id, attempt, &why, now))?;
+                        rep.failed += 1;
+                    } else {
+                        let delay =
+                            backoff_s(attempt).max(retry_after_s.unwrap_or(0).min(3600) as i64);
+                        info!(
+                            target = %target,
+                            "outbox #{} `{}` attempt {attempt} failed, retry in {delay}s: {message}",
+                            row.id,
+                            row.kind
+                        );
+                        ctx.db.write(|tx| {
+                            db::outbox::retry(tx, row.id, attempt, now + delay, &message)
+                        })?;
+                        rep.retried += 1;
+                    }
+                }
+            }
+        }
+        if !progressed || tried >= limit || started.elapsed() > budget {
+            return Ok(rep);
+        }
+    }
+}
+
+fn claim(ctx: &Ctx, row: &OutboxRow) -> Result<Option<u32>> {
+    let now = crate::now();
+    ctx.db
+        .write(|tx| db::outbox::claim(tx, row.id, row.attempts, now, now + LEASE_S))
+}
+
+fn payload<T: serde::de::DeserializeOwned>(row: &OutboxRow) -> Result<T, CallError> {
+    serde_json::from_str(&row.payload)
+        .map_err(|e| CallError::Permanent(format!("malformed `{}` payload: {e}", row.kind)))
+}
+
+/// A configuration problem an operator can fix: retried, not failed at once.
+fn config_error(message: String) -> CallError {
+    CallError::Transient {
+        message,
+        retry_after_s: None,
+        unreachable: false,
+    }
+}
+
+/// The token named by `<block>.token_env`, from this process's environment.
+fn token(svc: &ServiceCfg, block: &str) -> Result<String, CallError> {
+    let Some(name) = svc.token_env.as_deref() else {
+        return Err(config_error(format!(
+            "`{block}.token_env` is not set in the config"
+        )));
+    };
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => Err(config_error(format!(
+            "environment variable `{name}` (named by `{block}.token_env`) is not set"
+        ))),
+    }
+}
+
+fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError> {
+    match row.kind.as_str() {
+        notify::PLANE_STATE => plane_state(ctx, http, &payload(row)?),
+        notify::PLANE_COMMENT => {
+            let p: CommentPayload = payload(row)?;
+            let (plane, _) = plane(ctx, http)?;
+            match plane.comment(&p.project, &p.issue, &p.html, &row.idem_key)? {
+                Posted::Created(id) => Ok(format!("comment {id} posted")),
+                Posted::AlreadyThere(id) => Ok(format!("comment {id} was already posted")),
+            }
+        }
+        notify::CHAT_MESSAGE => {
+            let p: ChatPayload = payload(row)?;
+            let Some(chat) = ctx.config.chat.as_ref().filter(|c| c.kind == "telegram") else {
+                return Err(config_error(
+                    "no `chat` block of kind `telegram` in the config".into(),
+                ));
+            };
+            let token = token(chat, "chat")?;
+            let tg = Telegram::new(http, chat.base_url.as_deref(), &token);
+            let id = tg.send_message(&p.chat_id, &p.html)?;
+            Ok(format!("message {id} sent"))
+        }
+        notify::FORGE_DELETE_BRANCH => {
+            let p: DeleteBranchPayload = payload(row)?;
+            let Some(forge) = notify::gitea_cfg(ctx) else {
+                return Err(config_error(
+                    "no `forge` block of kind `gitea` in the config".into(),
+                ));
+            };
+            let Some(base) = forge.base_url.as_deref() else {
+                return Err(config_error(
+                    "`forge.base_url` is not set in the config".into(),
+                ));
+            };
+            let token = token(forge, "forge")?;
+            let repo = ForgeRepo::parse(&p.repo)
+                .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
+            match Gitea::new(http, base, Some(&token)).delete_branch(&repo, &p.branch, &p.main)? {
+                Deleted::Deleted => Ok(format!("deleted branch `{}`", p.branch)),
+                Deleted::AlreadyGone => Ok(format!("branch `{}` was already gone", p.branch)),
+            }
+        }
+        notify::GIT_DELETE_BRANCH => git_delete(ctx, &payload(row)?),
+        other => Err(CallError::Permanent(format!(
+            "unknown outbox kind `{other}`"
+        ))),
+    }
+}
+
+/// The Plane client from the `tracker` block, and the block.
+fn plane<'h>(ctx: &'h Ctx, http: &'h Http) -> Result<(Plane<'h>, &'h ServiceCfg), CallError> {
+    let Some(t) = ctx.config.tracker.as_ref().filter(|t| t.kind == "plane") else {
+        return Err(config_error(
+            "no `tracker` block of kind `plane` in the config".into(),
+        ));
+    };
+    let (Some(base), Some(ws)) = (t.base_url.as_deref(), t.workspace.as_deref()) else {
+        return Err(config_error(
+            "`tracker.base_url` and `tracker.workspace` must be set in the config".into(),
+        ));
+    };
+    let token = token(t, "tracker")?;
+    Ok((Plane::new(http, base, ws, &token)?, t))
+}
+
+/// The state chosen for a mirror: exact name, then an alias, then the project's base state of
+/// the group. Names compare without case, spaces or punctuation (`Code Review` = `Code-Review`).
+pub fn pick_state<'s>(
+    states: &'s [CachedState],
+    name: &str,
+    aliases: &[String],
+    group: &str,
+) -> Option<(&'s CachedState, bool)> {
+    let norm = |s: &str| {
+        s.chars()
+            .filter(|c| c.is_alphanumeric())
+            .flat_map(char::to_lowercase)
+            .collect::<String>()
+    };
+    for want in std::iter::once(name).chain(aliases.iter().map(String::as_str)) {
+        if let Some(s) = states.iter().find(|s| norm(&s.name) == norm(want)) {
+            return Some((s, false));
+        }
+    }
+    let in_group = || states.iter().filter(|s| s.group == group);
+    in_group()
+        .find(|s| s.default)
+        .or_else(|| in_group().next())
+        .map(|s| (s, true))
+}
+
+fn states(
+    ctx: &Ctx,
+    plane: &Plane<'_>,
+    project: &str,
+    refresh: bool,
+) -> Result<Vec<CachedState>, CallError> {
+    let now = crate::now();
+    let cached = db::outbox::tracker_states(ctx.db.conn(), project)
+        .map_err(|e| config_error(format!("reading the state cache: {e:#}")))?;
+    if let Some((at, states)) = &cached
+        && !refresh
+        && now - at < STATES_TTL_S
+    {
+        return Ok(states.clone());
+    }
+    let fresh: Vec<CachedState> = plane
+        .states(project)?
+        .into_iter()
+        .map(|s| CachedState {
+            id: s.id,
+            name: s.name,
+            group: s.group,
+            default: s.default,
+        })
+        .collect();
+    if let Err(e) = ctx
+        .db
+        .write(|tx| db::outbox::set_tracker_states(tx, project, &fresh, now))
+    {
+        warn!("could not cache the states of plane project `{project}`: {e:#}");
+    }
+    Ok(fresh)
+}
+
+fn plane_state(ctx: &Ctx, http: &Http, p: &StatePayload) -> Result<String, CallError> {
+    let (plane, _) = plane(ctx, http)?;
+    let mut list = states(ctx, &plane, &p.project, false)?;
+    let mut chosen = pick_state(&list, &p.state, &p.aliases, &p.group).map(|(s, f)| (s.clone(), f));
+    if chosen.is_none() {
+        // The cache may predate a state someone just added.
+        list = states(ctx, &plane, &p.project, true)?;
+        chosen = pick_state(&list, &p.state, &p.aliases, &p.group).map(|(s, f)| (s.clone(), f));
+    }
+    let Some((want, fallback)) = chosen else {
+        return Err(CallError::Permanent(format!(
+            "plane project `{}` has no state `{}` and no `{}` state to fall back to",
+            p.project, p.state, p.group
+        )));
+    };
+    let current = plane.issue_state(&p.project, &p.issue)?;
+    if current.as_deref() == Some(want.id.as_str()) {
+        return Ok(format!("already in `{}`", want.name));
+    }
+    if let Some(cur) = &current {
+        let mut known = list.iter().find(|s| &s.id == cur).cloned();
+        if known.is_none() {
+            list = states(ctx, &plane, &p.project, true)?;
+            known = list.iter().find(|s| &s.id == cur).cloned();
+        }
+        if let Some(k) = known
+            && k.group == "completed"
+            && want.group != "completed"
+        {
+            return Ok(format!(
+                "left in `{}`: a done issue is never moved backwards (wanted `{}`)",
+                k.name, p.state
+            ));
+        }
+    }
+    plane.set_state(&p.project, &p.issue, &want.id)?;
+    Ok(if fallback {
+        format!(
+            "state set to `{}` (the project has no `{}`)",
+            want.name, p.state
+        )
+    } else {
+        format!("state set to `{}`", want.name)
+    })
+}
+
+fn git_delete(ctx: &Ctx, p: &DeleteBranchPayload) -> Result<String, CallError> {
+    use crate::ext::git::{Git, RepoRef};
+    let Some(repo) = ctx.config.repo(&p.repo) else {
+        return Err(CallError::Permanent(format!(
+            "repo `{}` is not in the config",
+            p.repo
+        )));
+    };
+    let git = Git::new(&ctx.config.repos_dir);
+    let r = RepoRef {
+        name: &repo.name,
+        remote: &repo.remote,
+        main: &repo.main,
+    };
+    let transient = |e: anyhow::Error| config_error(format!("{e:#}"));
+    // Never wait behind a supervisor's git work: try again next pass.
+    let Some(lock) = git.try_lock(&repo.name).map_err(transient)? else {
+        return Err(config_error(format!("repo `{}` is busy", repo.name)));
+    };
+    git.ensure_clone(&lock, &r).map_err(transient)?;
+    if p.branch == "main" || p.branch == "master" || p.branch == repo.main {
+        return Err(CallError::Permanent(format!(
+            "refusing to delete branch `{}` of repo `{}`: it is a main branch",
+            p.branch, repo.name
+        )));
+    }
+    match git.delete_remote_branch(&lock, &r, &p.branch) {
+        Ok(true) => Ok(format!("deleted branch `{}`", p.branch)),
+        Ok(false) => Ok(format!("branch `{}` was already gone", p.branch)),
+        Err(e) => Err(transient(e)),
+    }
+}
+
+/// One row as `orch outbox` shows it.
+#[derive(Debug, Serialize)]
+pub struct ItemOut {
+    pub id: i64,
+    pub kind: String,
+    pub target: String,
+    pub status: String,
+    pub attempts: u32,
+    pub next_attempt_at: String,
+    pub last_error: Option<String>,
+    pub created_at: String,
+}
+
+/// `orch outbox [--failed]`: pending and failed rows (failed only), oldest first.
+pub fn list(ctx: &Ctx, failed_only: bool) -> Result<Vec<ItemOut>> {
+    use crate::domain::time::rfc3339;
+    Ok(db::outbox::list(ctx.db.conn(), failed_only)?
+        .into_iter()
+        .map(|r| ItemOut {
+            id: r.id,
+            kind: r.kind,
+            target: r.target,
+            status: r.status,
+            attempts: r.attempts,
+            next_attempt_at: rfc3339(r.next_attempt_at),
+            last_error: r.last_error,
+            created_at: rfc3339(r.created_at),
+        })
+        .collect())
+}
+
+/// How many rows are due now (for `orch tick --plan`).
+pub fn due_count(ctx: &Ctx) -> Result<usize> {
+    Ok(db::outbox::due(ctx.db.conn(), crate::now(), TICK_LIMIT)?.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_30s_and_caps_at_an_hour() {
+        let got: Vec<i64> = (1..=9).map(backoff_s).collect();
+        assert_eq!(got, [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]);
+        assert_eq!(backoff_s(0), 30);
+        assert_eq!(backoff_s(u32::MAX), 3600);
+    }
+
+    fn st(id: &str, name: &str, group: &str, default: bool) -> CachedState {
+        CachedState {
+            id: id.into(),
+            name: name.into(),
+            group: group.into(),
+            default,
+        }
+    }
+
+    #[test]
+    fn states_are_picked_by_name_then_alias_then_group() {
+        let states = [
+            st("1", "Backlog", "backlog", true),
+            st("2", "In Progress", "started", false),
+            st("3", "Code Review", "started", false),
+            st("4", "Doing", "started", true),
+            st("5", "STOP", "cancelled", false),
+            st("6", "Done", "completed", false),
+        ];
+        let pick = |name: &str, aliases: &[&str], group: &str| {
+            let aliases: Vec<String> = aliases.iter().map(|a| a.to_string()).collect();
+            pick_state(&states, name, &aliases, group).map(|(s, f)| (s.id.clone(), f))
+        };
+        assert_eq!(
+            pick("Code-Review", &[], "started"),
+            Some(("3".into(), false))
+        );
+        assert_eq!(pick("done", &[], "completed"), Some(("6".into(), false)));
+        assert_eq!(
+            pick("Cancelled", &["STOP"], "cancelled"),
+            Some(("5".into(), false))
+        );
+        // No such name: the group's default state, else its first.
+        assert_eq!(pick("Testing", &[], "started"), Some(("4".into(), true)));
+        assert_eq!(pick("Blocked", &[], "unstarted"), None);
+    }
+}

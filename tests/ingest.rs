@@ -1,0 +1,767 @@
+//! `orch ingest` and `orch events` end to end: signed Plane and Gitea deliveries drive real tasks
+//! in a temp world; forged, unsigned, oversize and malformed ones are rejected and kept in the
+//! inbox; duplicates act once; `--replay` re-drives a stored delivery.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+
+use common::{Run, World, git};
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+const PLANE_VAR: &str = "ORCH_TEST_PLANE_HOOK_SECRET";
+const GITEA_VAR: &str = "ORCH_TEST_GITEA_HOOK_SECRET";
+const PLANE_SECRET: &str = "plane-hook-secret-1";
+const GITEA_SECRET: &str = "gitea-hook-secret-1";
+const PROJECT: &str = "8b2c6a0e-5d1f-4c3b-9a7e-0f1e2d3c4b5a";
+
+/// A world whose repo `shop` is Plane project `PROJECT`, with CI status gating development, and
+/// `tracker`/`forge` blocks naming the secret variables (plus `extra` top-level YAML).
+fn world(service_extra: &str) -> World {
+    let w = World::with_repo_extra(&format!("plane_project: {PROJECT}\nci: {{mode: status}}"));
+    let mut cfg = std::fs::read_to_string(&w.config).unwrap();
+    if service_extra.is_empty() {
+        cfg.push_str(&format!(
+            "tracker:\n  kind: plane\n  webhook_secret_env: {PLANE_VAR}\n\
+             forge:\n  kind: gitea\n  webhook_secret_env: {GITEA_VAR}\n"
+        ));
+    } else {
+        cfg.push_str(service_extra);
+    }
+    std::fs::write(&w.config, cfg).unwrap();
+    w
+}
+
+fn sign(secret: &str, body: &[u8]) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// `orch ingest <source> --json` with `body` on stdin, `headers`, and `env` on the process.
+fn ingest_env(
+    w: &World,
+    source: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+    env: &[(&str, &str)],
+) -> Run {
+    let mut args = vec!["ingest".to_string(), source.to_string(), "--json".into()];
+    for (n, v) in headers {
+        args.push("--header".into());
+        args.push(format!("{n}: {v}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = w.orch_cmd(&args);
+    cmd.env_remove(PLANE_VAR).env_remove(GITEA_VAR);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("orch starts");
+    let mut stdin = child.stdin.take().unwrap();
+    // A reader that stops early (an oversize body) closes the pipe; that is fine.
+    let _ = stdin.write_all(body);
+    drop(stdin);
+    common::wait_output(child)
+}
+
+const SECRETS: [(&str, &str); 2] = [(PLANE_VAR, PLANE_SECRET), (GITEA_VAR, GITEA_SECRET)];
+
+/// A correctly signed Plane delivery.
+fn plane(w: &World, delivery: &str, body: &[u8]) -> Run {
+    ingest_env(
+        w,
+        "plane",
+        &[
+            ("X-Plane-Delivery", delivery.to_string()),
+            ("X-Plane-Event", "issue".into()),
+            ("X-Plane-Signature", sign(PLANE_SECRET, body)),
+        ],
+        body,
+        &SECRETS,
+    )
+}
+
+/// A correctly signed Gitea delivery of `event`.
+fn gitea(w: &World, delivery: &str, event: &str, body: &[u8]) -> Run {
+    ingest_env(
+        w,
+        "gitea",
+        &[
+            ("X-Gitea-Delivery", delivery.to_string()),
+            ("X-Gitea-Event", event.into()),
+            ("X-Gitea-Signature", sign(GITEA_SECRET, body)),
+        ],
+        body,
+        &SECRETS,
+    )
+}
+
+/// Plane's documented issue payload, with the state expanded as an object.
+fn issue(seq: u64, state: &str, name: &str, labels: &[&str]) -> Vec<u8> {
+    let labels: Vec<Value> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| json!({"id": format!("label-{i}"), "name": l, "color": "#ff0000"}))
+        .collect();
+    serde_json::to_vec(&json!({
+        "event": "issue",
+        "action": "updated",
+        "webhook_id": "0c5e2a4c-1111-4222-8333-944455556666",
+        "workspace_id": "d2d97c94-a6ad-4012-b526-5577c0d7c769",
+        "data": {
+            "id": format!("1a2b3c4d-0000-4000-8000-{seq:012}"),
+            "sequence_id": seq,
+            "name": name,
+            "project": PROJECT,
+            "state": {"id": "5e6f", "name": state, "color": "#60646C", "group": "unstarted"},
+            "labels": labels,
+            "description_stripped": "Customers want to know the shop is up.",
+            "priority": "none"
+        },
+        "activity": {"actor": {"id": "u-1", "display_name": "Ann"}}
+    }))
+    .unwrap()
+}
+
+fn expect(r: &Run, code: i32, outcome: &str) -> Value {
+    assert_eq!(r.code, code, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["outcome"], outcome, "{v:#}");
+    assert_eq!(v["schema_version"], 1, "{v:#}");
+    v
+}
+
+fn show(w: &World, wi: &str) -> Value {
+    w.ok(&["task", "show", wi, "--json"], 0).json()
+}
+
+fn task_count(w: &World) -> String {
+    w.sql("SELECT count(*) FROM tasks")
+}
+
+fn events(w: &World, rejected: bool) -> Vec<Value> {
+    let mut args = vec!["events", "--json"];
+    if rejected {
+        args.push("--rejected");
+    }
+    let v = w.ok(&args, 0).json();
+    assert_eq!(v["schema_version"], 1);
+    v["events"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
+    let w = world("");
+    let body = issue(
+        7,
+        "To Analyse",
+        "Add a health endpoint",
+        &["bug", "frontend"],
+    );
+    let v = expect(&plane(&w, "d-7", &body), 0, "processed");
+    assert_eq!(v["work_item"], "SHOP-7", "{v:#}");
+    assert_eq!(v["source"], "plane");
+    assert_eq!(v["event"], "issue");
+    assert_eq!(v["delivery_id"], "d-7");
+
+    let s = show(&w, "SHOP-7");
+    assert_eq!(s["stage"], "analysis", "{s:#}");
+    assert_eq!(s["title"], "Add a health endpoint");
+    assert_eq!(
+        s["track"], "bug",
+        "the `bug` label puts it on the bug track: {s:#}"
+    );
+    assert_eq!(
+        s["labels"],
+        json!(["bug"]),
+        "only the labels orch knows: {s:#}"
+    );
+    let jobs = s["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{s:#}");
+    assert_eq!(jobs[0]["role"], "analyst");
+    assert_eq!(jobs[0]["status"], "queued");
+    assert_eq!(
+        w.sql("SELECT description FROM tasks WHERE work_item = 'SHOP-7'"),
+        "Customers want to know the shop is up."
+    );
+    assert_eq!(
+        w.sql("SELECT tracker_ref FROM tasks WHERE work_item = 'SHOP-7'"),
+        "1a2b3c4d-0000-4000-8000-000000000007",
+        "the task is linked to its Plane issue"
+    );
+
+    // The same delivery again: a duplicate, nothing changes.
+    let before = (
+        w.sql("SELECT count(*) FROM jobs"),
+        w.sql("SELECT count(*) FROM transitions"),
+    );
+    let v = expect(&plane(&w, "d-7", &body), 0, "duplicate");
+    assert!(
+        v["reason"].as_str().unwrap().contains("already accepted"),
+        "{v:#}"
+    );
+    let after = (
+        w.sql("SELECT count(*) FROM jobs"),
+        w.sql("SELECT count(*) FROM transitions"),
+    );
+    assert_eq!(before, after);
+    assert_eq!(task_count(&w), "1");
+
+    // A new delivery of the same state change (Plane re-sends on every edit) is ignored.
+    let v = expect(&plane(&w, "d-7b", &body), 0, "ignored");
+    assert!(
+        v["reason"].as_str().unwrap().contains("already started"),
+        "{v:#}"
+    );
+
+    // Every delivery has its own inbox row, newest first.
+    let ev = events(&w, false);
+    let outcomes: Vec<&str> = ev.iter().map(|e| e["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["ignored", "duplicate", "processed"]);
+    assert!(
+        ev.iter()
+            .all(|e| e["received_at"].as_str().unwrap().ends_with('Z'))
+    );
+
+    // The plain line names the outcome and the delivery.
+    let mut cmd = w.orch_cmd(&["events"]);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("d-7b") && text.contains("duplicate"),
+        "{text}"
+    );
+}
+
+#[test]
+fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
+    let w = world("");
+    let body = issue(8, "To Analyse", "Forged", &[]);
+    // (headers besides the delivery id, the environment of orch, what the reason says)
+    type Case<'a> = (Vec<(&'a str, String)>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            vec![("X-Plane-Signature", sign("not-the-secret", &body))],
+            SECRETS.to_vec(),
+            "bad signature",
+        ),
+        (
+            vec![("X-Plane-Signature", "sha256=zz".into())],
+            SECRETS.to_vec(),
+            "bad signature",
+        ),
+        (
+            vec![],
+            SECRETS.to_vec(),
+            "missing signature header `X-Plane-Signature`",
+        ),
+        (
+            vec![("X-Plane-Signature", sign(PLANE_SECRET, &body))],
+            vec![],
+            PLANE_VAR,
+        ),
+    ];
+    for (i, (headers, env, why)) in cases.iter().enumerate() {
+        let mut headers = headers.clone();
+        headers.push(("X-Plane-Delivery", format!("forged-{i}")));
+        let r = ingest_env(&w, "plane", &headers, &body, env);
+        let v = expect(&r, 2, "rejected");
+        assert!(v["reason"].as_str().unwrap().contains(why), "{why}: {v:#}");
+    }
+    assert_eq!(task_count(&w), "0", "no task from a rejected delivery");
+    let rejected = events(&w, true);
+    assert_eq!(rejected.len(), 4, "{rejected:#?}");
+    assert!(rejected.iter().all(|e| e["outcome"] == "rejected"));
+    assert_eq!(rejected[3]["delivery_id"], "forged-0");
+    assert!(rejected[0]["reason"].as_str().unwrap().contains(PLANE_VAR));
+
+    // The plain form exits 2 too and says why on stdout.
+    let mut cmd = w.orch_cmd(&["ingest", "plane"]);
+    cmd.env(PLANE_VAR, PLANE_SECRET);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&body).unwrap();
+    let r = common::wait_output(child);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stdout.starts_with("rejected: plane delivery `sha256:"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_forged_delivery_reusing_a_real_id_does_not_suppress_the_real_one() {
+    let w = world("");
+    let real = issue(9, "To Analyse", "Real work", &[]);
+    let forged = issue(9, "Backlog", "Forged", &[]);
+    let r = ingest_env(
+        &w,
+        "plane",
+        &[
+            ("X-Plane-Delivery", "shared-id".into()),
+            ("X-Plane-Signature", sign("attacker", &forged)),
+        ],
+        &forged,
+        &SECRETS,
+    );
+    expect(&r, 2, "rejected");
+    let v = expect(&plane(&w, "shared-id", &real), 0, "processed");
+    assert_eq!(v["work_item"], "SHOP-9");
+    assert_eq!(show(&w, "SHOP-9")["stage"], "analysis");
+}
+
+#[test]
+fn unsigned_deliveries_pass_only_where_allow_unsigned_is_set() {
+    let w = world("tracker:\n  kind: plane\n  allow_unsigned: true\nforge:\n  kind: gitea\n");
+    let body = issue(10, "To Analyse", "Unsigned but allowed", &[]);
+    let r = ingest_env(
+        &w,
+        "plane",
+        &[("X-Plane-Delivery", "u-1".into())],
+        &body,
+        &[],
+    );
+    let v = expect(&r, 0, "processed");
+    assert!(
+        v["reason"].as_str().unwrap().contains("accepted unsigned"),
+        "the inbox says it was not verified: {v:#}"
+    );
+    assert_eq!(show(&w, "SHOP-10")["stage"], "analysis");
+
+    // The forge block has no secret and no allow_unsigned: everything is rejected.
+    let status = json!({"sha": "a".repeat(40), "state": "success", "context": "ci",
+                        "repository": {"name": "shop"}});
+    let r = ingest_env(
+        &w,
+        "gitea",
+        &[("X-Gitea-Event", "status".into())],
+        &serde_json::to_vec(&status).unwrap(),
+        &[],
+    );
+    let v = expect(&r, 2, "rejected");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("forge.webhook_secret_env"),
+        "{v:#}"
+    );
+}
+
+#[test]
+fn approved_confirm_and_stop_deliveries_act_on_the_task() {
+    let w = world("");
+    expect(
+        &plane(&w, "a-1", &issue(11, "To Analyse", "Approve me", &[])),
+        0,
+        "processed",
+    );
+    // Approved before the analysis exists: recorded, the gate says what is missing.
+    let v = expect(
+        &plane(&w, "a-2", &issue(11, "Approved", "Approve me", &[])),
+        0,
+        "processed",
+    );
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("approval of `SHOP-11` recorded"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage("SHOP-11"), "analysis");
+    w.push_analysis("SHOP-11");
+    let v = expect(
+        &plane(&w, "a-3", &issue(11, "Approved", "Approve me", &[])),
+        0,
+        "processed",
+    );
+    assert!(
+        v["reason"].as_str().unwrap().contains("approved `SHOP-11`"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage("SHOP-11"), "architecture");
+
+    // Approved again (the tracker echoes it on every edit): does nothing, says why.
+    let v = expect(
+        &plane(&w, "a-4", &issue(11, "Approved", "Approve me", &[])),
+        0,
+        "ignored",
+    );
+    assert!(
+        v["reason"].as_str().unwrap().contains("does nothing"),
+        "{v:#}"
+    );
+    // Confirm Deploy outside `deploy`, and a state with no meaning: ignored with a reason.
+    let v = expect(
+        &plane(&w, "a-5", &issue(11, "Confirm Deploy", "Approve me", &[])),
+        0,
+        "ignored",
+    );
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("in `architecture` does nothing"),
+        "{v:#}"
+    );
+    let v = expect(
+        &plane(&w, "a-6", &issue(11, "In Progress", "Approve me", &[])),
+        0,
+        "ignored",
+    );
+    assert_eq!(v["reason"], "state `In Progress` has no action");
+
+    // STOP cancels; a second STOP finds nothing to stop.
+    let v = expect(
+        &plane(&w, "a-7", &issue(11, "STOP", "Approve me", &[])),
+        0,
+        "processed",
+    );
+    assert!(v["reason"].as_str().unwrap().contains("cancelled"), "{v:#}");
+    assert_eq!(w.stage("SHOP-11"), "cancelled");
+    expect(
+        &plane(&w, "a-8", &issue(11, "STOP", "Approve me", &[])),
+        0,
+        "ignored",
+    );
+    // A project orch does not know is ignored.
+    let mut other: Value = serde_json::from_slice(&issue(12, "To Analyse", "x", &[])).unwrap();
+    other["data"]["project"] = json!("99999999-0000-4000-8000-000000000000");
+    let v = expect(
+        &plane(&w, "a-9", &serde_json::to_vec(&other).unwrap()),
+        0,
+        "ignored",
+    );
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not in the registry"),
+        "{v:#}"
+    );
+    assert_eq!(task_count(&w), "1");
+}
+
+/// A task started by the tracker and walked to `development` by hand, with code pushed; returns
+/// (work item, the branch head on the remote).
+fn in_development(w: &World, seq: u64, delivery: &str) -> (String, String) {
+    let wi = format!("SHOP-{seq}");
+    expect(
+        &plane(w, delivery, &issue(seq, "To Analyse", "Checkout page", &[])),
+        0,
+        "processed",
+    );
+    w.push_analysis(&wi);
+    w.ok(&["approve", &wi], 0);
+    w.push_adr(&wi);
+    w.ok(&["advance", &wi], 0);
+    assert_eq!(w.stage(&wi), "development");
+    w.push_code(&wi, "the checkout");
+    let branch = w.branch_of(&wi);
+    let head = git(&w.remote, &["rev-parse", &format!("refs/heads/{branch}")]);
+    (wi, head)
+}
+
+fn status(sha: &str, state: &str, description: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "id": 42,
+        "sha": sha,
+        "state": state,
+        "context": "ci/build",
+        "description": description,
+        "target_url": "http://ci.invalid/build/42",
+        "repository": {"id": 1, "name": "shop", "full_name": "team/shop",
+                       "clone_url": "http://forge.invalid/team/shop.git"},
+        "sender": {"login": "ci"}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
+    let w = world("");
+    let (wi, head) = in_development(&w, 20, "g-start");
+
+    // Pending is recorded and decides nothing.
+    let v = expect(
+        &gitea(&w, "s-0", "status", &status(&head, "pending", "running")),
+        0,
+        "processed",
+    );
+    assert_eq!(w.stage(&wi), "development", "{v:#}");
+
+    // Success on some other commit is recorded, nothing moves.
+    let v = expect(
+        &gitea(
+            &w,
+            "s-1",
+            "status",
+            &status(&"b".repeat(40), "success", "ok"),
+        ),
+        0,
+        "processed",
+    );
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no `development` task"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage(&wi), "development");
+
+    let v = expect(
+        &gitea(
+            &w,
+            "s-2",
+            "status",
+            &status(&head, "success", "Build passed"),
+        ),
+        0,
+        "processed",
+    );
+    assert_eq!(v["work_item"], wi.as_str(), "{v:#}");
+    assert_eq!(w.stage(&wi), "review", "{v:#}");
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT state FROM ci_status WHERE sha = '{head}' AND context = 'ci/build'"
+        )),
+        "success"
+    );
+    let s = show(&w, &wi);
+    let hop = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["from"] == "development" && t["to"] == "review")
+        .unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(hop["actor"], "webhook", "{hop:#}");
+
+    // A second task: its CI fails.
+    let (wi2, head2) = in_development(&w, 21, "g-start-2");
+    let v = expect(
+        &gitea(
+            &w,
+            "s-3",
+            "status",
+            &status(&head2, "failure", "3 tests failed"),
+        ),
+        0,
+        "processed",
+    );
+    assert!(
+        v["reason"].as_str().unwrap().contains("rolled-back"),
+        "{v:#}"
+    );
+    let s = show(&w, &wi2);
+    assert_eq!(s["stage"], "development", "{s:#}");
+    assert_eq!(s["dev_retries"], 1, "{s:#}");
+    let last = s["jobs"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "developer", "{s:#}");
+    assert_eq!(last["status"], "queued", "{s:#}");
+    let prompt = w.sql(&format!(
+        "SELECT prompt FROM jobs WHERE id = {}",
+        last["id"]
+    ));
+    assert!(
+        prompt.contains("ci/build") && prompt.contains("3 tests failed"),
+        "the developer is told which check failed: {prompt}"
+    );
+}
+
+#[test]
+fn a_merged_pull_request_releases_the_merge_lease_held_for_its_branch() {
+    let w = world("");
+    expect(
+        &plane(&w, "m-0", &issue(30, "To Analyse", "Merge me", &[])),
+        0,
+        "processed",
+    );
+    let branch = w.branch_of("SHOP-30");
+    w.sql(
+        "INSERT INTO merge_lease (repo, task_id, owner_kind, pid, start_time, boot_id, acquired_at) \
+         SELECT 'shop', id, 'merge', 1, 1, 'boot', 0 FROM tasks WHERE work_item = 'SHOP-30'",
+    );
+    let pr = |head: &str| {
+        serde_json::to_vec(&json!({
+            "action": "closed", "number": 3,
+            "pull_request": {"id": 9, "merged": true, "head": {"ref": head, "sha": "c".repeat(40)},
+                             "base": {"ref": "main"}, "merge_commit_sha": "d".repeat(40)},
+            "repository": {"name": "shop", "full_name": "team/shop"}
+        }))
+        .unwrap()
+    };
+    let v = expect(
+        &gitea(&w, "p-1", "pull_request", &pr("feature/other")),
+        0,
+        "ignored",
+    );
+    assert!(
+        v["reason"].as_str().unwrap().contains("not this one"),
+        "{v:#}"
+    );
+    assert_eq!(w.sql("SELECT count(*) FROM merge_lease"), "1");
+    let v = expect(
+        &gitea(&w, "p-2", "pull_request", &pr(&branch)),
+        0,
+        "processed",
+    );
+    assert!(v["reason"].as_str().unwrap().contains("released"), "{v:#}");
+    assert_eq!(w.sql("SELECT count(*) FROM merge_lease"), "0");
+    // An opened pull request does nothing.
+    let opened = serde_json::to_vec(
+        &json!({"action": "opened", "pull_request": {"merged": false},
+                                            "repository": {"name": "shop"}}),
+    )
+    .unwrap();
+    expect(&gitea(&w, "p-3", "pull_request", &opened), 0, "ignored");
+}
+
+#[test]
+fn oversize_and_malformed_bodies_are_rejected_with_the_body_capped() {
+    let w = world("");
+    let mut big = b"{\"event\": \"issue\", \"pad\": \"".to_vec();
+    big.resize(2 << 20, b'x');
+    let v = expect(&plane(&w, "big-1", &big), 2, "rejected");
+    assert!(
+        v["reason"].as_str().unwrap().starts_with("body too large"),
+        "{v:#}"
+    );
+    assert_eq!(
+        w.sql("SELECT length(body), body_size FROM events WHERE delivery_id = 'big-1'"),
+        "65536|1048577",
+        "a rejected body is stored cut at 64 KiB; the size read is one past the limit"
+    );
+    let v = expect(
+        &plane(&w, "bad-1", b"{\"event\": \"issue\","),
+        2,
+        "rejected",
+    );
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed body: "),
+        "{v:#}"
+    );
+    assert_eq!(task_count(&w), "0");
+}
+
+#[test]
+fn secrets_are_never_stored_in_the_inbox() {
+    let w = world(&format!(
+        "tracker:\n  kind: plane\n  token_env: ORCH_TEST_PLANE_TOKEN\n  webhook_secret_env: {PLANE_VAR}\n"
+    ));
+    let body = issue(40, "Backlog", "x", &[]);
+    let r = ingest_env(
+        &w,
+        "plane",
+        &[
+            ("X-Plane-Delivery", "s-1".into()),
+            ("X-Plane-Signature", sign(PLANE_SECRET, &body)),
+            ("Authorization", "Bearer tok-abcdef-123".into()),
+            ("X-Echo", format!("secret={PLANE_SECRET}")),
+        ],
+        &body,
+        &[
+            (PLANE_VAR, PLANE_SECRET),
+            ("ORCH_TEST_PLANE_TOKEN", "tok-abcdef-123"),
+        ],
+    );
+    expect(&r, 0, "ignored");
+    let headers = w.sql("SELECT headers FROM events");
+    assert!(!headers.contains("tok-abcdef-123"), "{headers}");
+    assert!(!headers.contains(PLANE_SECRET), "{headers}");
+    assert!(headers.contains("x-plane-signature"), "{headers}");
+}
+
+#[test]
+fn replay_re_drives_a_stored_delivery() {
+    let w = world("");
+    expect(
+        &plane(&w, "r-1", &issue(50, "To Analyse", "Replay me", &[])),
+        0,
+        "processed",
+    );
+    // Approved before the analysis files: the approval is recorded, the task stays.
+    expect(
+        &plane(&w, "r-2", &issue(50, "Approved", "Replay me", &[])),
+        0,
+        "processed",
+    );
+    assert_eq!(w.stage("SHOP-50"), "analysis");
+    w.push_analysis("SHOP-50");
+    // After the fix, the stored delivery is re-driven (no source needed) and acts.
+    let mut cmd = w.orch_cmd(&["ingest", "--replay", "r-2", "--json"]);
+    let r = common::wait_output(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let v = expect(&r, 0, "processed");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("replay of event 2: "),
+        "{v:#}"
+    );
+    assert_eq!(v["replay_of"], 2, "{v:#}");
+    assert_eq!(w.stage("SHOP-50"), "architecture");
+    assert_eq!(
+        w.sql("SELECT count(*) FROM events WHERE delivery_id = 'r-2'"),
+        "2"
+    );
+
+    // A rejected delivery is verified again with the current secret when replayed.
+    let body = issue(51, "To Analyse", "Rotated secret", &[]);
+    let r = ingest_env(
+        &w,
+        "plane",
+        &[
+            ("X-Plane-Delivery", "r-3".into()),
+            ("X-Plane-Signature", sign("rotated-secret", &body)),
+        ],
+        &body,
+        &SECRETS,
+    );
+    expect(&r, 2, "rejected");
+    let replay = |secret: &str| {
+        let mut cmd = w.orch_cmd(&["ingest", "plane", "--replay", "r-3", "--json"]);
+        cmd.env(PLANE_VAR, secret);
+        common::wait_output(
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let v = expect(&replay(PLANE_SECRET), 2, "rejected");
+    assert!(
+        v["reason"].as_str().unwrap().contains("bad signature"),
+        "{v:#}"
+    );
+    assert_eq!(task_count(&w), "1");
+    expect(&replay("rotated-secret"), 0, "processed");
+    assert_eq!(w.stage("SHOP-51"), "analysis");
+
+    // An unknown delivery id is a usage error.
+    let r = w.orch(&["ingest", "--replay", "nope"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("no stored delivery `nope`"), "{r:?}");
+}
