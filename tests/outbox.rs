@@ -700,7 +700,13 @@ fn a_lost_ci_webhook_is_recovered_by_polling_the_forge() {
         "SELECT t.actor FROM transitions t JOIN tasks k ON k.id = t.task_id \
          WHERE t.from_stage = 'development' AND t.to_stage = 'review'",
     );
-    assert_eq!(hop, "reconciler", "development was left by the reconciler");
+    // No webhook ever came: the status can only have come from the tick's poll. Whoever read it
+    // first moved the task on — the reconciler, or the developer's supervisor when the poll
+    // landed between its job finishing and its own advance.
+    assert!(
+        hop == "reconciler" || hop == "supervisor",
+        "development was left by `{hop}`"
+    );
     let ci = w.sql("SELECT sha, context, state FROM ci_status");
     assert!(ci.lines().any(|l| l.ends_with("|ci/build|success")), "{ci}");
     // At most one poll per task per minute.
