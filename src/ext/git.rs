@@ -653,38 +653,7 @@ impl Git {
         name: &str,
         email: &str,
     ) -> Result<Option<String>> {
-        let ctx = || format!("committing in {}", worktree.display());
-        git_in(worktree)
-            .args(["add", "-A"])
-            .checked()
-            .with_context(ctx)?;
-        let diff = git_in(worktree).args(["diff", "--cached", "--quiet"]);
-        let out = diff.output().with_context(ctx)?;
-        match out.code {
-            Some(0) => return Ok(None),
-            Some(1) => {}
-            _ => return Err(diff.failure(&out)).with_context(ctx),
-        }
-        git_in(worktree)
-            .arg("-c")
-            .arg(format!("user.name={name}"))
-            .arg("-c")
-            .arg(format!("user.email={email}"))
-            .args([
-                "commit",
-                "--no-verify",
-                "--no-gpg-sign",
-                "--quiet",
-                "-F",
-                "-",
-            ])
-            .stdin(message.as_bytes())
-            .checked()
-            .with_context(ctx)?;
-        match rev_parse_commit(worktree, "HEAD").with_context(ctx)? {
-            Some(sha) => Ok(Some(sha)),
-            None => bail!("{}: no HEAD after committing", ctx()),
-        }
+        commit_in(worktree, None, message, name, email)
     }
 
     /// Commit only `paths` (relative to the worktree) as `name <email>`, leaving anything else
@@ -697,43 +666,10 @@ impl Git {
         name: &str,
         email: &str,
     ) -> Result<Option<String>> {
-        let ctx = || format!("committing {paths:?} in {}", worktree.display());
         for p in paths {
-            rel_parts(p, false).with_context(ctx)?;
+            rel_parts(p, false)?;
         }
-        git_in(worktree)
-            .args(["add", "--"])
-            .args(paths)
-            .checked()
-            .with_context(ctx)?;
-        let diff = git_in(worktree)
-            .args(["diff", "--cached", "--quiet", "--"])
-            .args(paths);
-        let out = diff.output().with_context(ctx)?;
-        match out.code {
-            Some(0) => return Ok(None),
-            Some(1) => {}
-            _ => return Err(diff.failure(&out)).with_context(ctx),
-        }
-        git_in(worktree)
-            .arg("-c")
-            .arg(format!("user.name={name}"))
-            .arg("-c")
-            .arg(format!("user.email={email}"))
-            .args([
-                "commit",
-                "--no-verify",
-                "--no-gpg-sign",
-                "--quiet",
-                "-F",
-                "-",
-                "--",
-            ])
-            .args(paths)
-            .stdin(message.as_bytes())
-            .checked()
-            .with_context(ctx)?;
-        rev_parse_commit(worktree, "HEAD").with_context(ctx)
+        commit_in(worktree, Some(paths), message, name, email)
     }
 
     /// `git push origin HEAD:refs/heads/<branch>` from `worktree`. Refuses
@@ -830,6 +766,55 @@ impl Git {
             }
             None => false,
         })
+    }
+}
+
+/// Stage `paths` (everything when `None`) and commit them as `name <email>` if anything is
+/// staged; the message goes through stdin, so any text is safe.
+fn commit_in(
+    worktree: &Path,
+    paths: Option<&[&str]>,
+    message: &str,
+    name: &str,
+    email: &str,
+) -> Result<Option<String>> {
+    let ctx = || format!("committing in {}", worktree.display());
+    let only: &[&str] = paths.unwrap_or(&[]);
+    let add = match paths {
+        Some(_) => git_in(worktree).args(["add", "--"]).args(only),
+        None => git_in(worktree).args(["add", "-A"]),
+    };
+    add.checked().with_context(ctx)?;
+    let diff = git_in(worktree)
+        .args(["diff", "--cached", "--quiet", "--"])
+        .args(only);
+    let out = diff.output().with_context(ctx)?;
+    match out.code {
+        Some(0) => return Ok(None),
+        Some(1) => {}
+        _ => return Err(diff.failure(&out)).with_context(ctx),
+    }
+    git_in(worktree)
+        .arg("-c")
+        .arg(format!("user.name={name}"))
+        .arg("-c")
+        .arg(format!("user.email={email}"))
+        .args([
+            "commit",
+            "--no-verify",
+            "--no-gpg-sign",
+            "--quiet",
+            "-F",
+            "-",
+            "--",
+        ])
+        .args(only)
+        .stdin(message.as_bytes())
+        .checked()
+        .with_context(ctx)?;
+    match rev_parse_commit(worktree, "HEAD").with_context(ctx)? {
+        Some(sha) => Ok(Some(sha)),
+        None => bail!("{}: no HEAD after committing", ctx()),
     }
 }
 
