@@ -13,16 +13,19 @@
 #    and one real tick must leave the database as it was. Then N runs (default 30) after 3
 #    warm-ups of `orch tick`, `orch tick --plan` and the floor `orch --version`: median and max
 #    wall, CPU, peak RSS (/usr/bin/time -f %M). Targets on LARGE: median <= 15 ms, peak RSS
-#    <= 15 MB, LARGE <= 1.5x SMALL; LARGE vs CONTROL tells whether history matters.
+#    <= 15 MB, LARGE <= 1.5x SMALL; LARGE vs CONTROL tells whether history matters. Where a
+#    tick's time goes: strace -c per database and, when perf works here, a CPU profile.
 # B. Throughput: a bare remote with one commit on main, max_concurrency 8, one repo with
 #    serial_gate false and no auto-approve label (each task runs exactly one analyst job, then
 #    waits for a human), the agent scripts/stub-agent, retry_backoff_s 1. `orch task add` N
 #    times (default 2000; timed), then `orch tick` every 0.2 s (STUB_RUN_LOG, STUB_STATE_DIR
-#    and ORCH_LOG=info set) until every job is done or the timeout (default max(300, 1.8 N) s).
-#    Reports the draining wall time, jobs/s, the mean agent run time (agent_runs.duration_ms),
-#    the orchestration overhead per job = wall x 8 / N - mean agent time, a per-job timeline
-#    from the info logs, the sampled maximum of running jobs (<= 8), and proof that each job
-#    ran exactly once. SIGTERM/SIGINT stops the ticking and reports the jobs that finished.
+#    and ORCH_LOG=info,orch=debug set: timestamped launch, step and git-command lines) until
+#    every job is done or the timeout (default max(300, 1.8 N) s). Reports the draining wall
+#    time, jobs/s, the mean agent run time (agent_runs.duration_ms), the orchestration
+#    overhead per job = wall x 8 / N - mean agent time, a per-job timeline and git command
+#    costs from the supervisor logs, the repo lock's occupancy, tick cost vs queue length, the
+#    sampled maximum of running jobs (<= 8), and proof that each job ran exactly once.
+#    SIGTERM/SIGINT (to the python helper) stops the ticking and reports the finished jobs.
 # C. `orch demo` (release binary) N times (default 5), each in a fresh TMPDIR removed after:
 #    median and max wall; every run must exit 0 and reach `done`.
 #
@@ -43,7 +46,7 @@ OUT=""
 KEEP=0
 
 usage() {
-    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
