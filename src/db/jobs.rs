@@ -129,10 +129,13 @@ pub fn of_task(c: &Connection, task: TaskId) -> Result<Vec<JobRow>> {
 pub const LIVE_JOBS_SQL: &str =
     "SELECT id FROM jobs WHERE status IN ('queued', 'running') ORDER BY id";
 
-/// Every queued or running job, FIFO by id (served by the partial index `jobs_live`).
+/// Every queued or running job, FIFO by id (served by the partial index `jobs_live`). The
+/// prompts are left out (`prompt` is empty): the queue, the claim and the tick never read
+/// them, and they are most of a live row's bytes; `get` and `of_task` carry them.
 pub fn live(c: &Connection) -> Result<Vec<JobRow>> {
+    let cols = COLS.replace(", prompt", ", '' AS prompt");
     let mut stmt = c.prepare_cached(&format!(
-        "SELECT {COLS} FROM jobs WHERE status IN ('queued', 'running') ORDER BY id"
+        "SELECT {cols} FROM jobs WHERE status IN ('queued', 'running') ORDER BY id"
     ))?;
     let rows = stmt
         .query_map([], from_row)?

@@ -31,26 +31,9 @@ impl Http {
         Http { agent }
     }
 
+    /// A plain GET (the runners' smoke checks).
     pub fn get(&self, url: &str) -> GetResult {
-        match self.agent.get(url).call() {
-            Ok(mut resp) => {
-                let status = resp.status().as_u16();
-                let body = resp
-                    .body_mut()
-                    .with_config()
-                    .limit(1 << 20)
-                    .read_to_string()
-                    .unwrap_or_default();
-                GetResult::Answer { status, body }
-            }
-            Err(e) => match e {
-                ureq::Error::Io(_)
-                | ureq::Error::ConnectionFailed
-                | ureq::Error::HostNotFound
-                | ureq::Error::Timeout(_) => GetResult::Unreachable(e.to_string()),
-                other => GetResult::Invalid(other.to_string()),
-            },
-        }
+        self.send(Method::Get, url, &[], None)
     }
 
     /// One request with `headers` and, for POST and PATCH, a JSON body; the answer is told

@@ -362,6 +362,20 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
     Ok(out)
 }
 
+/// Append one history row that does not move the task (`from = to = ` its stage).
+pub fn record_here(
+    ctx: &Ctx,
+    tx: &rusqlite::Connection,
+    task: &TaskRow,
+    actor: Actor,
+    outcome: &str,
+    reason: &str,
+) -> Result<()> {
+    record(
+        ctx, tx, task, task.stage, task.stage, actor, outcome, reason,
+    )
+}
+
 fn record_alone(
     ctx: &Ctx,
     task: &TaskRow,
@@ -564,9 +578,7 @@ fn apply_failure(
             );
             db::tasks::set_blocked(tx, task.id, Some(&why), ctx.now)?;
             db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
-            record(
-                ctx, tx, task, task.stage, task.stage, req.actor, "blocked", &why,
-            )?;
+            record_here(ctx, tx, task, req.actor, "blocked", &why)?;
             let text = format!("task blocked: {headline}");
             crate::ops::notify::alert(ctx, tx, Some(task), &text);
             Ok(Some(None))

@@ -27,7 +27,7 @@ use crate::ext::env;
 use crate::ext::git::{Git, RepoRef};
 use crate::ext::http::{GetResult, Http};
 use crate::ext::proc::{self, Ending, Spec};
-use crate::ops::advance::{self, Actor, Request, enqueue, find_task, record, repo_of, write};
+use crate::ops::advance::{self, Actor, Request, enqueue, find_task, record_here, repo_of, write};
 use crate::ops::job;
 
 /// What a runner did, for the command's output and exit code.
@@ -326,12 +326,10 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         std::fs::write(&path, facts(pass, false))
             .with_context(|| format!("writing `{}`", path.display()))?;
         write(ctx, |ctx, tx| {
-            record(
+            record_here(
                 ctx,
                 tx,
                 &task,
-                task.stage,
-                task.stage,
                 actor(caller),
                 "checked",
                 &format!("{runner_name} dry check: {} ({reason})", class.as_str()),
@@ -393,16 +391,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
             write(ctx, |ctx, tx| {
                 db::tasks::set_held(tx, task.id, Some(&why), ctx.now)?;
                 db::misc::journal(tx, Some(task.id), "held", &why, ctx.now)?;
-                record(
-                    ctx,
-                    tx,
-                    &task,
-                    task.stage,
-                    task.stage,
-                    actor(caller),
-                    "held",
-                    &why,
-                )?;
+                record_here(ctx, tx, &task, actor(caller), "held", &why)?;
                 let text = format!("{} held: {why}", task.work_item);
                 crate::ops::notify::alert(ctx, tx, Some(&task), &text);
                 Ok(())
@@ -424,16 +413,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
                 let j = enqueue(ctx, tx, &task, c.role, task.stage, None)?;
                 db::jobs::mark_retry(tx, j, c.marker, ctx.now + delay)?;
                 db::misc::journal(tx, Some(task.id), "deferred", &why, ctx.now)?;
-                record(
-                    ctx,
-                    tx,
-                    &task,
-                    task.stage,
-                    task.stage,
-                    actor(caller),
-                    "deferred",
-                    &why,
-                )?;
+                record_here(ctx, tx, &task, actor(caller), "deferred", &why)?;
                 Ok(j)
             })?;
             rep.outcome = "deferred".into();

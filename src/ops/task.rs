@@ -17,7 +17,9 @@ use crate::domain::liveness::{Liveness, ProcIdentity};
 use crate::domain::stage::{Role, Stage, Track};
 use crate::error::{Code, exit, usage};
 use crate::ext::{git, sys};
-use crate::ops::advance::{self, Actor, Outcome, enqueue, find_task, record, role_on_entry, write};
+use crate::ops::advance::{
+    self, Actor, Outcome, enqueue, find_task, record, record_here, role_on_entry, write,
+};
 
 pub struct AddRequest<'a> {
     pub repo: &'a str,
@@ -200,16 +202,7 @@ pub fn approve(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
     }
     write(ctx, |ctx, tx| {
         db::tasks::set_approved(tx, task.id, ctx.now)?;
-        record(
-            ctx,
-            tx,
-            &task,
-            task.stage,
-            task.stage,
-            actor,
-            "approved",
-            "analysis approved",
-        )
+        record_here(ctx, tx, &task, actor, "approved", "analysis approved")
     })?;
     let rep = advance::advance(
         ctx,
@@ -270,16 +263,7 @@ pub fn confirm_deploy(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
         });
     let job = write(ctx, |ctx, tx| {
         db::tasks::set_deploy_confirmed(tx, task.id, ctx.now)?;
-        record(
-            ctx,
-            tx,
-            &task,
-            task.stage,
-            task.stage,
-            actor,
-            "approved",
-            "deploy confirmed",
-        )?;
+        record_here(ctx, tx, &task, actor, "approved", "deploy confirmed")?;
         match (role, live) {
             (Some(r), false) => Ok(Some(enqueue(ctx, tx, &task, r, Stage::Deploy, None)?)),
             _ => Ok(None),
@@ -333,12 +317,10 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
     {
         write(ctx, |ctx, tx| {
             db::tasks::set_cancel_requested(tx, task.id, ctx.now)?;
-            record(
+            record_here(
                 ctx,
                 tx,
                 &task,
-                task.stage,
-                task.stage,
                 actor,
                 "deferred",
                 &format!(
@@ -479,16 +461,7 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
         let text = format!("breakpoint before `{stage}`: {reason}");
         write(ctx, |ctx, tx| {
             db::tasks::set_pause_before(tx, task.id, Some(stage), ctx.now)?;
-            record(
-                ctx,
-                tx,
-                &task,
-                task.stage,
-                task.stage,
-                Actor::Operator,
-                "paused",
-                &text,
-            )
+            record_here(ctx, tx, &task, Actor::Operator, "paused", &text)
         })?;
         return Ok(Gesture {
             work_item: task.work_item.clone(),
@@ -512,16 +485,7 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
     }
     write(ctx, |ctx, tx| {
         db::tasks::set_paused(tx, task.id, Some((reason, &by)), ctx.now)?;
-        record(
-            ctx,
-            tx,
-            &task,
-            task.stage,
-            task.stage,
-            Actor::Operator,
-            "paused",
-            reason,
-        )
+        record_here(ctx, tx, &task, Actor::Operator, "paused", reason)
     })?;
     Ok(Gesture {
         work_item: task.work_item.clone(),
@@ -581,12 +545,10 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
         db::tasks::set_held(tx, task.id, None, ctx.now)?;
         // Resuming also clears a breakpoint that has not fired yet.
         db::tasks::set_pause_before(tx, task.id, None, ctx.now)?;
-        record(
+        record_here(
             ctx,
             tx,
             &task,
-            task.stage,
-            task.stage,
             Actor::Operator,
             "resumed",
             "resumed by operator",
