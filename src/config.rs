@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use crate::domain::ids::{valid_prefix, valid_repo_name};
+use crate::domain::ids::valid_prefix;
+use crate::domain::names::{valid_branch_name, valid_repo_name};
 use crate::error::usage;
 
 /// Where the config came from and what it says, with defaults applied and paths made absolute.
@@ -510,7 +511,7 @@ fn validate(cfg: &Config) -> Result<()> {
         if r.remote.trim().is_empty() || r.remote.starts_with('-') {
             return Err(bad(key("remote"), "must be a git URL or a path".into()));
         }
-        if !crate::ext::git::valid_branch_name(&r.main) {
+        if !valid_branch_name(&r.main) {
             return Err(bad(
                 key("main"),
                 format!("`{}` is not a valid branch name", r.main),
@@ -635,6 +636,11 @@ mod tests {
             (
                 "repos:\n - {name: a, remote: /x, prefix: A}\n - {name: a, remote: /y, prefix: B}\n",
                 "repos[1].name",
+            ),
+            // Git refuses a `.lock` component later (clone, lock file), so the config does now.
+            (
+                "repos:\n - {name: x.lock, remote: /x, prefix: A}\n",
+                "repos[0].name",
             ),
             ("agent: {roles: {poet: {model: x}}}\n", "agent.roles.poet"),
             ("tracker: {kind: jira}\n", "tracker.kind"),

@@ -65,16 +65,6 @@ pub fn valid_prefix(p: &str) -> bool {
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
 }
 
-/// A repo name: `^[a-z0-9][a-z0-9._-]{0,63}$`.
-pub fn valid_repo_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
-}
-
 /// A task reference typed by an operator: a work item, or its tombstone form
 /// `SHOP-7#cancelled-12` (SPEC §3.6).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,25 +161,6 @@ mod tests {
             "SHOP-7#cancelled-1",
         ] {
             assert!(!valid_work_item(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn repo_names() {
-        for ok in ["shop", "a", "my-repo.v2_x", "0day"] {
-            assert!(valid_repo_name(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "Shop",
-            "-x",
-            ".x",
-            "a/b",
-            "../a",
-            "a b",
-            &"a".repeat(65),
-        ] {
-            assert!(!valid_repo_name(bad), "{bad:?}");
         }
     }
 

@@ -7,6 +7,7 @@ pub mod frontmatter;
 pub mod gate;
 pub mod ids;
 pub mod liveness;
+pub mod names;
 pub mod prompt;
 pub mod runner;
 pub mod sandbox;

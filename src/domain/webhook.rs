@@ -743,7 +743,7 @@ fn branch_field(m: &Map<String, Value>, path: &str) -> Result<String, String> {
         path,
     )?;
     let r = req_line(b, "ref", &format!("pull_request.{path}.ref"), 255)?;
-    if !crate::ext::git::valid_branch_name(r) {
+    if !crate::domain::names::valid_branch_name(r) {
         return Err(format!(
             "`pull_request.{path}.ref` is not a valid branch name: `{}`",
             printable(r)

@@ -200,7 +200,7 @@ impl<'a> Gitea<'a> {
     /// `GET /repos/{owner}/{repo}/commits/{ref}/status`.
     pub fn combined_status(&self, repo: &ForgeRepo, git_ref: &str) -> Result<Combined, CallError> {
         let what = "read forge commit status";
-        if !crate::ext::git::valid_branch_name(git_ref)
+        if !crate::domain::names::valid_branch_name(git_ref)
             && !git_ref.bytes().all(|b| b.is_ascii_hexdigit())
         {
             return Err(CallError::Permanent(format!(
@@ -319,7 +319,7 @@ impl<'a> Gitea<'a> {
                 repo.full()
             )));
         }
-        if !crate::ext::git::valid_branch_name(branch) {
+        if !crate::domain::names::valid_branch_name(branch) {
             return Err(CallError::Permanent(format!(
                 "{what}: invalid branch name `{}`",
                 crate::domain::ids::printable(branch)

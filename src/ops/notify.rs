@@ -394,7 +394,8 @@ pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow) -> Result<()> {
         return Ok(());
     };
     let b = task.branch.as_str();
-    if b == "main" || b == "master" || b == repo.main || !crate::ext::git::valid_branch_name(b) {
+    if b == "main" || b == "master" || b == repo.main || !crate::domain::names::valid_branch_name(b)
+    {
         warn!(work_item = %task.work_item, "not deleting branch `{b}`: it is a main branch or not a valid branch name");
         return Ok(());
     }

@@ -101,7 +101,7 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
         deps.push(find_task(ctx, &r)?);
     }
     let branch = ids::branch_name(&wi, title);
-    if !git::valid_branch_name(&branch) {
+    if !crate::domain::names::valid_branch_name(&branch) {
         return Err(usage(format!(
             "cannot make a branch name from `{}`",
             printable(title)
@@ -563,7 +563,7 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
 }
 
 fn known_repo<'a>(ctx: &'a Ctx, repo: &str) -> Result<&'a crate::config::RepoCfg> {
-    if !ids::valid_repo_name(repo) {
+    if !crate::domain::names::valid_repo_name(repo) {
         return Err(usage(format!("invalid repo name `{}`", printable(repo))));
     }
     ctx.config
