@@ -8,9 +8,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use crate::domain::gate::Contracts;
 use crate::domain::ids::valid_prefix;
 use crate::domain::names::{valid_branch_name, valid_repo_name};
 use crate::error::usage;
+use crate::ext::git::RepoRef;
+use crate::ext::gitea::ForgeRepo;
 
 /// Where the config came from and what it says, with defaults applied and paths made absolute.
 #[derive(Debug, Clone)]
@@ -320,7 +323,63 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The `tracker` block when it is Plane (the only tracker orch speaks).
+    pub fn plane(&self) -> Option<&ServiceCfg> {
+        self.tracker.as_ref().filter(|t| t.kind == "plane")
+    }
+
+    /// The `forge` block when it is Gitea with a base URL (a `git` forge has no API).
+    pub fn gitea(&self) -> Option<&ServiceCfg> {
+        self.forge
+            .as_ref()
+            .filter(|f| f.kind == "gitea" && f.base_url.is_some())
+    }
+
+    /// The `chat` block when it is Telegram.
+    pub fn telegram(&self) -> Option<&ServiceCfg> {
+        self.chat.as_ref().filter(|c| c.kind == "telegram")
+    }
+
+    /// Every variable named by a `*_env` key of the config (SPEC §9): the secrets no child may
+    /// inherit.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        [&self.tracker, &self.forge, &self.chat]
+            .into_iter()
+            .flatten()
+            .flat_map(|s| [s.token_env.clone(), s.webhook_secret_env.clone()])
+            .flatten()
+            .collect()
+    }
+}
+
 impl RepoCfg {
+    /// The contracts that make a stage applicable to this repo (`domain::gate`).
+    pub fn contracts(&self) -> Contracts {
+        Contracts {
+            staging: self.staging.is_some(),
+            deploy: self.deploy_mode() != DeployMode::None,
+            merge: false,
+        }
+    }
+
+    /// What `ext::git` needs to know of this repo.
+    pub fn git_ref(&self) -> RepoRef<'_> {
+        RepoRef {
+            name: &self.name,
+            remote: &self.remote,
+            main: &self.main,
+        }
+    }
+
+    /// The forge repository: `forge_repo` when set, else read from the remote URL.
+    pub fn forge(&self) -> Option<ForgeRepo> {
+        match self.forge_repo.as_deref() {
+            Some(s) => ForgeRepo::parse(s),
+            None => ForgeRepo::from_remote(&self.remote),
+        }
+    }
+
     pub fn deploy_mode(&self) -> DeployMode {
         self.deploy.as_ref().map(|d| d.mode).unwrap_or_default()
     }
@@ -518,7 +577,7 @@ fn validate(cfg: &Config) -> Result<()> {
             ));
         }
         if let Some(f) = &r.forge_repo
-            && crate::ext::gitea::ForgeRepo::parse(f).is_none()
+            && ForgeRepo::parse(f).is_none()
         {
             return Err(bad(key("forge_repo"), "must be `owner/name`".into()));
         }

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod ctx;
 pub mod db;
 pub mod domain;
 pub mod error;
@@ -17,59 +18,12 @@ pub mod output;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::config::Config;
-use crate::db::Db;
+use crate::ctx::Ctx;
 use crate::error::Code;
-
-/// Everything a command needs, built once and passed as `&mut Ctx`.
-pub struct Ctx {
-    pub config: Config,
-    pub db: Db,
-    pub json: bool,
-    /// The clock, read once per command.
-    pub now: domain::time::Ts,
-}
-
-impl Ctx {
-    /// Build from the global flags: load the config, create the state dirs, open the database.
-    pub fn open(global: &cli::Global) -> Result<Ctx> {
-        let config = match config::locate(global.config.as_deref()) {
-            Some(path) => config::load(&path, global.state_dir.clone())?,
-            None => Config::empty(global.state_dir.clone())?,
-        };
-        Self::with_config(config, global.json)
-    }
-
-    pub fn with_config(config: Config, json: bool) -> Result<Ctx> {
-        for dir in [&config.state_dir, &config.repos_dir] {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating directory `{}`", dir.display()))?;
-        }
-        let db = Db::open(&config.db_path())?;
-        Ok(Ctx {
-            config,
-            db,
-            json,
-            now: now(),
-        })
-    }
-
-    /// Refresh the clock (long commands).
-    pub fn tick_clock(&mut self) {
-        self.now = now();
-    }
-}
-
-pub fn now() -> domain::time::Ts {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
 
 fn init_logging(global: &cli::Global) {
     use tracing_subscriber::EnvFilter;

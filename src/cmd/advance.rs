@@ -3,12 +3,13 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::AdvanceArgs;
+use crate::ctx::Ctx;
+use crate::domain::history::Actor;
 use crate::domain::ids::TaskRef;
 use crate::domain::stage::{Role, Stage};
 use crate::error::{Code, usage};
-use crate::ops::advance::{self, Actor, Override, Report, Request};
+use crate::ops::advance::{self, Override, Report, Request};
 use crate::output;
 
 #[derive(Serialize)]

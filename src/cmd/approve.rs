@@ -2,10 +2,11 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
+use crate::domain::history::Actor;
 use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str) -> Result<Code> {
-    let g = crate::ops::task::approve(ctx, wi, crate::ops::advance::Actor::Operator)?;
+    let g = crate::ops::task::approve(ctx, wi, Actor::Operator)?;
     Ok(super::print_gesture(ctx.json, &g))
 }

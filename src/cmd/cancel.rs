@@ -2,10 +2,11 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
+use crate::domain::history::Actor;
 use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str, reason: Option<&str>) -> Result<Code> {
-    let g = crate::ops::task::cancel(ctx, wi, reason, crate::ops::advance::Actor::Operator)?;
+    let g = crate::ops::task::cancel(ctx, wi, reason, Actor::Operator)?;
     Ok(super::print_gesture(ctx.json, &g))
 }

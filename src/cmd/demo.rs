@@ -17,9 +17,11 @@ pub fn run(g: &Global, dir: Option<&Path>, keep: bool) -> Result<Code> {
     let keep = keep || dir.is_some();
     let dir = match dir {
         Some(d) => std::path::absolute(d)?,
-        None => {
-            std::env::temp_dir().join(format!("orch-demo-{}-{}", std::process::id(), crate::now()))
-        }
+        None => std::env::temp_dir().join(format!(
+            "orch-demo-{}-{}",
+            std::process::id(),
+            crate::ctx::now()
+        )),
     };
     let cfg = demo::build_world(&dir)?;
     let bar = if g.quiet || g.json {

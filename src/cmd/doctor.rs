@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::error::Code;
 use crate::ops::doctor;
 use crate::output;

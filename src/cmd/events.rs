@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::domain::time::rfc3339;
 use crate::error::Code;
 use crate::ops::ingest;

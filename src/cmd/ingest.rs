@@ -6,8 +6,8 @@ use std::io::Read;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::{IngestArgs, IngestSource};
+use crate::ctx::Ctx;
 use crate::domain::ids::printable;
 use crate::domain::webhook::MAX_BODY;
 use crate::error::{Code, usage};

@@ -28,7 +28,7 @@ pub fn run(g: &Global, dir: Option<&Path>) -> Result<Code> {
         );
     std::fs::write(&path, text).with_context(|| format!("writing `{}`", path.display()))?;
     let cfg = config::load(&path, g.state_dir.clone())?;
-    let ctx = crate::Ctx::with_config(cfg, g.json)?;
+    let ctx = crate::ctx::Ctx::with_config(cfg, g.json)?;
     let msg = format!(
         "wrote `{}`; state in `{}`",
         path.display(),

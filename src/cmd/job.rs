@@ -3,10 +3,11 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::JobCmd;
+use crate::ctx::Ctx;
 use crate::domain::ids::JobId;
 use crate::error::Code;
+use crate::ops::job::AttemptOutcome;
 use crate::output;
 
 #[derive(Serialize)]
@@ -30,7 +31,7 @@ pub fn run(ctx: &mut Ctx, cmd: JobCmd) -> Result<Code> {
                     job_id: r.job.0,
                     work_item: &r.work_item,
                     role: r.role.as_str(),
-                    status: r.status,
+                    status: r.status.as_str(),
                     detail: &r.detail,
                     advance: r.advance.as_ref().map(super::advance::report_out),
                 });
@@ -41,9 +42,11 @@ pub fn run(ctx: &mut Ctx, cmd: JobCmd) -> Result<Code> {
                 ));
             }
             Ok(match r.status {
-                "done" => Code::Ok,
-                "failed" => Code::No,
-                _ => Code::Busy,
+                AttemptOutcome::Done => Code::Ok,
+                AttemptOutcome::Failed => Code::No,
+                AttemptOutcome::Queued | AttemptOutcome::Cancelled | AttemptOutcome::Stale => {
+                    Code::Busy
+                }
             })
         }
     }

@@ -3,8 +3,8 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::LeaseCmd;
+use crate::ctx::Ctx;
 use crate::db;
 use crate::error::{Code, usage};
 use crate::ops::lease::{self, ReleaseTarget};

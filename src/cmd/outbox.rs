@@ -4,8 +4,8 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::{Command, TaskCmd};
+use crate::ctx::Ctx;
 use crate::error::Code;
 use crate::ops::outbox::{self, ItemOut};
 use crate::output;

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<Code> {

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::domain::time::human_duration;
 use crate::error::{Code, usage};
 use crate::ops::queue;

@@ -3,8 +3,8 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::ReportCmd;
+use crate::ctx::Ctx;
 use crate::db;
 use crate::domain::time::rfc3339;
 use crate::error::Code;

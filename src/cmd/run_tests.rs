@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::domain::runner::Kind;
 use crate::error::Code;
 use crate::ops::runner::{self, Caller};

@@ -1,12 +1,15 @@
 //! `orch task add | list | show`.
 
+use std::path::Path;
+
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::cli::{TaskAddArgs, TaskCmd};
+use crate::ctx::Ctx;
+use crate::domain::history::Actor;
 use crate::domain::time::human_duration;
-use crate::error::Code;
+use crate::error::{Code, usage};
 use crate::ops::show::{self, TaskOut};
 use crate::ops::task::{self, AddRequest};
 use crate::output;
@@ -196,17 +199,32 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
     }
 }
 
+/// The text of `--description-file`: at most 1 MiB of UTF-8, read before anything changes.
+fn read_description(path: &Path) -> Result<String> {
+    let bytes =
+        std::fs::read(path).map_err(|e| usage(format!("cannot read `{}`: {e}", path.display())))?;
+    if bytes.len() > task::MAX_DESCRIPTION {
+        return Err(usage(format!("`{}` is larger than 1 MiB", path.display())));
+    }
+    String::from_utf8(bytes).map_err(|_| usage(format!("`{}` is not UTF-8 text", path.display())))
+}
+
 fn add(ctx: &mut Ctx, a: TaskAddArgs) -> Result<Code> {
+    let description = match &a.description_file {
+        Some(p) => read_description(p)?,
+        None => String::new(),
+    };
     let added = task::add(
         ctx,
         &AddRequest {
             repo: &a.repo,
             title: &a.title,
             work_item: a.work_item.as_deref(),
-            description_file: a.description_file.as_deref(),
+            description: &description,
             bug: a.bug,
             labels: &a.labels,
             depends_on: &a.depends_on,
+            actor: Actor::Operator,
         },
     )?;
     if ctx.json {

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::error::Code;
 use crate::output;
 

@@ -35,18 +35,14 @@ const COLS: &str = "id, task_id, role, stage, repo, status, attempts, max_attemp
     created_at, started_at, finished_at, supervisor_pid, supervisor_start, supervisor_boot, \
     agent_pgid, agent_start, exit_code, error, prompt";
 
-fn conv(idx: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
-}
-
 fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
     Ok(JobRow {
         id: JobId(r.get(0)?),
         task_id: TaskId(r.get(1)?),
-        role: r.get::<_, String>(2)?.parse().map_err(|e| conv(2, e))?,
-        stage: super::tasks::parse_stage(r, 3)?,
+        role: super::parse_col(r, 2)?,
+        stage: super::parse_col(r, 3)?,
         repo: r.get(4)?,
-        status: r.get::<_, String>(5)?.parse().map_err(|e| conv(5, e))?,
+        status: super::parse_col(r, 5)?,
         attempts: r.get(6)?,
         max_attempts: r.get(7)?,
         available_at: r.get(8)?,
@@ -152,7 +148,9 @@ pub fn finished_since(c: &Connection, since: Ts) -> Result<Vec<(JobStatus, u64)>
     let rows = stmt
         .query_map([since], |r| {
             Ok((
-                r.get::<_, String>(0)?.parse().map_err(|e| conv(0, e))?,
+                r.get::<_, String>(0)?
+                    .parse()
+                    .map_err(|e| super::conv_err(0, e))?,
                 r.get::<_, i64>(1)? as u64,
             ))
         })?

@@ -28,7 +28,7 @@ pub fn stages(c: &Connection) -> Result<Vec<StageCount>> {
     let rows = stmt
         .query_map([], |r| {
             Ok(StageCount {
-                stage: super::tasks::parse_stage(r, 0)?,
+                stage: super::parse_col(r, 0)?,
                 count: r.get::<_, i64>(1)? as u64,
                 oldest_entered_at: r.get(2)?,
             })
@@ -99,13 +99,7 @@ pub fn running(c: &Connection) -> Result<Vec<RunningAgent>> {
             Ok(RunningAgent {
                 job_id: r.get(0)?,
                 work_item: r.get(1)?,
-                role: r.get::<_, String>(2)?.parse().map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        2,
-                        rusqlite::types::Type::Text,
-                        Box::new(e),
-                    )
-                })?,
+                role: super::parse_col(r, 2)?,
                 agent_pid: r.get(3)?,
                 supervisor_pid: r.get(4)?,
                 started_at: r.get(5)?,

@@ -75,9 +75,7 @@ pub fn open_deps(c: &Connection) -> Result<Vec<(i64, String, crate::domain::stag
          WHERE t.stage NOT IN ('done', 'cancelled') ORDER BY d.task_id, t.id",
     )?;
     let rows = stmt
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, super::tasks::parse_stage(r, 2)?))
-        })?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, super::parse_col(r, 2)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }

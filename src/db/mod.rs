@@ -116,6 +116,28 @@ impl Db {
     }
 }
 
+/// A text column parsed into one of the domain's types (a stage, a role, a history word…). An
+/// unknown word is a conversion error naming the column, never a silent default.
+pub(crate) fn parse_col<T: std::str::FromStr>(
+    r: &rusqlite::Row<'_>,
+    idx: usize,
+) -> rusqlite::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    r.get::<_, String>(idx)?
+        .parse::<T>()
+        .map_err(|e| conv_err(idx, e))
+}
+
+/// A conversion error for column `idx`.
+pub(crate) fn conv_err(
+    idx: usize,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

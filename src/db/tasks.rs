@@ -50,16 +50,6 @@ const COLS: &str = "id, work_item, base_work_item, repo, title, description, sta
     pause_before, approved_at, deploy_confirmed_at, blocked_at, blocked_reason, held_at, \
     held_reason, cancel_requested_at, cancelled_at, created_at, updated_at";
 
-fn bad_text(idx: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
-}
-
-pub(crate) fn parse_stage(r: &Row<'_>, idx: usize) -> rusqlite::Result<Stage> {
-    r.get::<_, String>(idx)?
-        .parse::<Stage>()
-        .map_err(|e| bad_text(idx, e))
-}
-
 fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
     let labels: String = r.get(9)?;
     Ok(TaskRow {
@@ -69,13 +59,13 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
         repo: r.get(3)?,
         title: r.get(4)?,
         description: r.get(5)?,
-        stage: parse_stage(r, 6)?,
+        stage: super::parse_col(r, 6)?,
         track: r
             .get::<_, String>(7)?
             .parse::<Track>()
-            .map_err(|e| bad_text(7, e))?,
+            .map_err(|e| super::conv_err(7, e))?,
         branch: r.get(8)?,
-        labels: serde_json::from_str(&labels).map_err(|e| bad_text(9, e))?,
+        labels: serde_json::from_str(&labels).map_err(|e| super::conv_err(9, e))?,
         dev_retries: r.get(10)?,
         stage_entered_at: r.get(11)?,
         entry_marker: r.get(12)?,
@@ -83,7 +73,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
         paused_reason: r.get(14)?,
         paused_by: r.get(15)?,
         pause_before: match r.get::<_, Option<String>>(16)? {
-            Some(s) => Some(s.parse::<Stage>().map_err(|e| bad_text(16, e))?),
+            Some(s) => Some(s.parse::<Stage>().map_err(|e| super::conv_err(16, e))?),
             None => None,
         },
         approved_at: r.get(17)?,
@@ -338,7 +328,9 @@ pub fn stages_of(c: &Connection, ids: &[i64]) -> Result<Vec<(i64, String, Stage)
     let mut stmt = c.prepare_cached("SELECT id, work_item, stage FROM tasks WHERE id = ?")?;
     for id in ids {
         if let Some(row) = stmt
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, parse_stage(r, 2)?)))
+            .query_row([id], |r| {
+                Ok((r.get(0)?, r.get(1)?, super::parse_col(r, 2)?))
+            })
             .optional()?
         {
             out.push(row);

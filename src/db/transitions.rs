@@ -3,6 +3,7 @@
 use anyhow::Result;
 use rusqlite::{Connection, params};
 
+use crate::domain::history::{Actor, Outcome};
 use crate::domain::ids::TaskId;
 use crate::domain::stage::Stage;
 use crate::domain::time::Ts;
@@ -14,8 +15,8 @@ pub struct TransitionRow {
     pub work_item: String,
     pub from: Stage,
     pub to: Stage,
-    pub actor: String,
-    pub outcome: String,
+    pub actor: Actor,
+    pub outcome: Outcome,
     pub reason: String,
     pub at: Ts,
     pub overridden_verdict: Option<String>,
@@ -26,8 +27,8 @@ pub struct NewTransition<'a> {
     pub task_id: TaskId,
     pub from: Stage,
     pub to: Stage,
-    pub actor: &'a str,
-    pub outcome: &'a str,
+    pub actor: Actor,
+    pub outcome: Outcome,
     pub reason: &'a str,
     pub overridden_verdict: Option<&'a str>,
     pub artifact_sha256: Option<&'a str>,
@@ -41,8 +42,8 @@ pub fn insert(c: &Connection, t: &NewTransition<'_>, now: Ts) -> Result<()> {
             t.task_id.0,
             t.from.as_str(),
             t.to.as_str(),
-            t.actor,
-            t.outcome,
+            t.actor.as_str(),
+            t.outcome.as_str(),
             t.reason,
             now,
             t.overridden_verdict,
@@ -61,10 +62,10 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TransitionRow> {
         id: r.get(0)?,
         task_id: TaskId(r.get(1)?),
         work_item: r.get(2)?,
-        from: super::tasks::parse_stage(r, 3)?,
-        to: super::tasks::parse_stage(r, 4)?,
-        actor: r.get(5)?,
-        outcome: r.get(6)?,
+        from: super::parse_col(r, 3)?,
+        to: super::parse_col(r, 4)?,
+        actor: super::parse_col(r, 5)?,
+        outcome: super::parse_col(r, 6)?,
         reason: r.get(7)?,
         at: r.get(8)?,
         overridden_verdict: r.get(9)?,

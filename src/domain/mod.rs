@@ -5,6 +5,7 @@ pub mod agent;
 pub mod claim;
 pub mod frontmatter;
 pub mod gate;
+pub mod history;
 pub mod ids;
 pub mod liveness;
 pub mod names;

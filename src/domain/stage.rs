@@ -255,7 +255,7 @@ impl fmt::Display for UnknownName {
 
 impl std::error::Error for UnknownName {}
 
-fn parse_named<T: Copy>(
+pub(crate) fn parse_named<T: Copy>(
     what: &'static str,
     s: &str,
     all: &[T],

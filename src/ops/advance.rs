@@ -8,73 +8,20 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use tracing::info;
 
-use crate::Ctx;
-use crate::config::{DeployMode, RepoCfg};
-use crate::db::{self, jobs::NewJob, tasks::TaskRow, transitions::NewTransition};
-use crate::domain::gate::{self, Contracts, FailPlan, GateResult};
+use crate::config::RepoCfg;
+use crate::ctx::Ctx;
+use crate::db::{self, tasks::TaskRow};
+use crate::domain::gate::{self, FailPlan, GateResult};
+use crate::domain::history::{Actor, Outcome};
 use crate::domain::ids::{JobId, TaskRef};
-use crate::domain::prompt::{self, Rollback, TaskText};
+use crate::domain::prompt::Rollback;
 use crate::domain::stage::{Role, Stage};
-use crate::error::{Code, usage};
+use crate::error::usage;
+use crate::ops::apply::{
+    Audit, enqueue, record, record_alone, record_full, record_here, role_on_entry,
+};
 use crate::ops::gather::{self, GitView};
 use crate::ops::lease::TransitionLease;
-
-/// Who acts (the `actor` column of the history).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Actor {
-    Operator,
-    Supervisor,
-    Tick,
-    Webhook,
-    Reconciler,
-}
-
-impl Actor {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Actor::Operator => "operator",
-            Actor::Supervisor => "supervisor",
-            Actor::Tick => "tick",
-            Actor::Webhook => "webhook",
-            Actor::Reconciler => "reconciler",
-        }
-    }
-}
-
-/// The decision `orch advance` applied, in SPEC §12's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Advanced,
-    RolledBack,
-    NotSatisfied,
-    Deferred,
-    StageCasLost,
-    Held,
-    Blocked,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Advanced => "advanced",
-            Outcome::RolledBack => "rolled-back",
-            Outcome::NotSatisfied => "not-satisfied",
-            Outcome::Deferred => "deferred",
-            Outcome::StageCasLost => "stage-cas-lost",
-            Outcome::Held => "held",
-            Outcome::Blocked => "blocked",
-        }
-    }
-
-    pub fn code(self) -> Code {
-        match self {
-            Outcome::Advanced => Code::Ok,
-            Outcome::RolledBack | Outcome::NotSatisfied => Code::No,
-            Outcome::Deferred | Outcome::StageCasLost => Code::Busy,
-            Outcome::Held | Outcome::Blocked => Code::Held,
-        }
-    }
-}
 
 /// An operator override (`--to STAGE --reason TEXT [--reset-retries]`).
 #[derive(Debug, Clone)]
@@ -108,137 +55,9 @@ pub struct Report {
     pub dry_run: bool,
 }
 
-/// Find a task or fail with exit 2 and the fix.
-pub fn find_task(ctx: &Ctx, r: &TaskRef) -> Result<TaskRow> {
-    db::tasks::find(ctx.db.conn(), r)?.ok_or_else(|| {
-        let shown = match r {
-            TaskRef::WorkItem(w) => w.to_string(),
-            TaskRef::Tombstone(t) => t.clone(),
-        };
-        usage(format!(
-            "work item `{shown}` not found; `orch task list --all` shows known tasks"
-        ))
-    })
-}
-
-pub fn repo_of<'a>(ctx: &'a Ctx, task: &TaskRow) -> Result<&'a RepoCfg> {
-    ctx.config.repo(&task.repo).ok_or_else(|| {
-        usage(format!(
-            "task `{}` belongs to repo `{}`, which is not in the config",
-            task.work_item, task.repo
-        ))
-    })
-}
-
-pub fn contracts(repo: &RepoCfg) -> Contracts {
-    Contracts {
-        staging: repo.staging.is_some(),
-        deploy: repo.deploy_mode() != DeployMode::None,
-        merge: false,
-    }
-}
-
-/// The role whose job is enqueued when `task` enters `stage`, if any. `deploy` with
-/// `require_confirm` waits for `orch confirm-deploy` (or the `auto-deploy` label) first.
-pub fn role_on_entry(stage: Stage, repo: &RepoCfg, task: &TaskRow) -> Option<Role> {
-    let role = stage.spec().role?;
-    if gate::not_applicable(stage, contracts(repo)).is_some() {
-        return None;
-    }
-    match stage {
-        Stage::Deploy => {
-            let confirmed = !repo.require_confirm()
-                || task.has_label("auto-deploy")
-                || task.deploy_confirmed_at.is_some();
-            confirmed.then_some(role)
-        }
-        Stage::Created
-        | Stage::Analysis
-        | Stage::Architecture
-        | Stage::Development
-        | Stage::Review
-        | Stage::Testing
-        | Stage::DeployStaging
-        | Stage::Done
-        | Stage::Cancelled => Some(role),
-    }
-}
-
-pub fn task_text(task: &TaskRow) -> TaskText<'_> {
-    TaskText {
-        work_item: &task.base_work_item,
-        title: &task.title,
-        description: &task.description,
-        repo: &task.repo,
-        branch: &task.branch,
-    }
-}
-
-/// Enqueue the job of `role` for `task` at `stage`.
-pub fn enqueue(
-    ctx: &Ctx,
-    tx: &rusqlite::Connection,
-    task: &TaskRow,
-    role: Role,
-    stage: Stage,
-    rollback: Option<&Rollback<'_>>,
-) -> Result<JobId> {
-    let text = prompt::job_prompt(&task_text(task), role, stage, rollback);
-    db::jobs::insert(
-        tx,
-        &NewJob {
-            task_id: task.id,
-            role,
-            stage,
-            repo: &task.repo,
-            available_at: ctx.now,
-            max_attempts: ctx.config.agent.max_attempts,
-            prompt: &text,
-        },
-        ctx.now,
-    )
-}
-
-/// Append one history row.
-#[allow(clippy::too_many_arguments)]
-pub fn record(
-    ctx: &Ctx,
-    tx: &rusqlite::Connection,
-    task: &TaskRow,
-    from: Stage,
-    to: Stage,
-    actor: Actor,
-    outcome: &str,
-    reason: &str,
-) -> Result<()> {
-    db::transitions::insert(
-        tx,
-        &NewTransition {
-            task_id: task.id,
-            from,
-            to,
-            actor: actor.as_str(),
-            outcome,
-            reason,
-            overridden_verdict: None,
-            artifact_sha256: None,
-        },
-        ctx.now,
-    )?;
-    let hop = crate::ops::notify::Hop {
-        id: tx.last_insert_rowid(),
-        from,
-        to,
-        actor: actor.as_str(),
-        outcome,
-        reason,
-    };
-    crate::ops::notify::on_transition(ctx, tx, task, &hop)
-}
-
 /// The whole use-case.
 pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
-    let task = find_task(ctx, &req.task)?;
+    let task = ctx.task(&req.task)?;
     let report = |outcome, to: Stage, reason: String| Report {
         work_item: task.work_item.clone(),
         from: task.stage,
@@ -264,14 +83,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
     };
     if let Some(reason) = stale {
         if !req.dry_run {
-            record_alone(
-                ctx,
-                &task,
-                task.stage,
-                req.actor,
-                Outcome::StageCasLost,
-                &reason,
-            )?;
+            record_alone(ctx, &task, req.actor, Outcome::StageCasLost, &reason)?;
         }
         return Ok(report(Outcome::StageCasLost, task.stage, reason));
     }
@@ -288,7 +100,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
             task.work_item, task.stage
         )));
     }
-    let repo = repo_of(ctx, &task)?.clone();
+    let repo = ctx.repo_of(&task)?.clone();
 
     if let Some(ov) = &req.to {
         return override_to(ctx, &task, &repo, ov, req);
@@ -302,7 +114,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
             task.work_item
         );
         if !req.dry_run {
-            record_alone(ctx, &task, task.stage, req.actor, Outcome::Blocked, why)?;
+            record_alone(ctx, &task, req.actor, Outcome::Blocked, why)?;
         }
         return Ok(report(Outcome::Blocked, task.stage, reason));
     }
@@ -316,14 +128,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
             Ok(l) => Some(l),
             Err(busy) => {
                 let reason = format!("deferred: {}", busy.describe());
-                record_alone(
-                    ctx,
-                    &task,
-                    task.stage,
-                    req.actor,
-                    Outcome::Deferred,
-                    &reason,
-                )?;
+                record_alone(ctx, &task, req.actor, Outcome::Deferred, &reason)?;
                 return Ok(report(Outcome::Deferred, task.stage, reason));
             }
         }
@@ -341,14 +146,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
                 task.work_item, task.stage, why
             );
             if !req.dry_run {
-                record_alone(
-                    ctx,
-                    &task,
-                    task.stage,
-                    req.actor,
-                    Outcome::NotSatisfied,
-                    &why,
-                )?;
+                record_alone(ctx, &task, req.actor, Outcome::NotSatisfied, &why)?;
             }
             report(Outcome::NotSatisfied, task.stage, reason)
         }
@@ -360,37 +158,6 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
     drop(view);
     drop(lease);
     Ok(out)
-}
-
-/// Append one history row that does not move the task (`from = to = ` its stage).
-pub fn record_here(
-    ctx: &Ctx,
-    tx: &rusqlite::Connection,
-    task: &TaskRow,
-    actor: Actor,
-    outcome: &str,
-    reason: &str,
-) -> Result<()> {
-    record(
-        ctx, tx, task, task.stage, task.stage, actor, outcome, reason,
-    )
-}
-
-fn record_alone(
-    ctx: &Ctx,
-    task: &TaskRow,
-    stage: Stage,
-    actor: Actor,
-    outcome: Outcome,
-    reason: &str,
-) -> Result<()> {
-    ctx.db
-        .write(|tx| record(ctx, tx, task, stage, stage, actor, outcome.as_str(), reason))
-}
-
-/// A write transaction that lends the context immutably alongside it.
-pub fn write<T>(ctx: &Ctx, f: impl FnOnce(&Ctx, &rusqlite::Connection) -> Result<T>) -> Result<T> {
-    ctx.db.write(|tx| f(ctx, tx))
 }
 
 /// The gate passed: walk forward (N/A stages included), honour a `--before` breakpoint.
@@ -406,7 +173,7 @@ fn apply_forward(
         task.stage,
         task.track,
         why,
-        contracts(repo),
+        repo.contracts(),
         task.pause_before,
     );
     let final_stage = plan.hops.last().map(|h| h.to).unwrap_or(task.stage);
@@ -444,7 +211,7 @@ fn apply_forward(
             dry_run: true,
         });
     }
-    let applied = write(ctx, |ctx, tx| {
+    let applied = ctx.write(|ctx, tx| {
         let mut from = task.stage;
         for hop in &plan.hops {
             let m = if hop.to == final_stage {
@@ -462,7 +229,7 @@ fn apply_forward(
                 hop.from,
                 hop.to,
                 req.actor,
-                "advanced",
+                Outcome::Advanced,
                 &with_note(&hop.reason, req),
             )?;
             from = hop.to;
@@ -482,7 +249,7 @@ fn apply_forward(
                 final_stage,
                 final_stage,
                 req.actor,
-                "paused",
+                Outcome::Paused,
                 &reason,
             )?;
             let text = format!("paused at breakpoint: {summary}");
@@ -514,14 +281,7 @@ fn lost(ctx: &Ctx, task: &TaskRow, req: &Request) -> Result<Report> {
         "another actor moved `{}` from `{}` to `{}` first",
         task.work_item, task.stage, now_stage
     );
-    record_alone(
-        ctx,
-        task,
-        task.stage,
-        req.actor,
-        Outcome::StageCasLost,
-        &reason,
-    )?;
+    record_alone(ctx, task, req.actor, Outcome::StageCasLost, &reason)?;
     Ok(Report {
         work_item: task.work_item.clone(),
         from: task.stage,
@@ -570,7 +330,7 @@ fn apply_failure(
         .unwrap_or_else(|| format!("branch `{}`", task.branch));
     let marker = view.entry_marker(Stage::Development)?;
     let max = ctx.config.max_developer_retries;
-    let applied = write(ctx, |ctx, tx| match plan {
+    let applied = ctx.write(|ctx, tx| match plan {
         FailPlan::Block => {
             let why = format!(
                 "{reason}; developer retries exhausted ({}/{max})",
@@ -578,7 +338,7 @@ fn apply_failure(
             );
             db::tasks::set_blocked(tx, task.id, Some(&why), ctx.now)?;
             db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
-            record_here(ctx, tx, task, req.actor, "blocked", &why)?;
+            record_here(ctx, tx, task, req.actor, Outcome::Blocked, &why)?;
             let text = format!("task blocked: {headline}");
             crate::ops::notify::alert(ctx, tx, Some(task), &text);
             Ok(Some(None))
@@ -604,7 +364,7 @@ fn apply_failure(
                 task.stage,
                 Stage::Development,
                 req.actor,
-                "rolled-back",
+                Outcome::RolledBack,
                 &with_note(reason, req),
             )?;
             let rb = Rollback {
@@ -668,7 +428,7 @@ fn override_to(
             Ok(l) => Some(l),
             Err(busy) => {
                 let reason = format!("deferred: {}", busy.describe());
-                record_alone(ctx, task, task.stage, req.actor, Outcome::Deferred, &reason)?;
+                record_alone(ctx, task, req.actor, Outcome::Deferred, &reason)?;
                 return Ok(Report {
                     work_item: task.work_item.clone(),
                     from: task.stage,
@@ -715,46 +475,38 @@ fn override_to(
     let mut entered = task.clone();
     entered.stage = ov.to;
     let role = role_on_entry(ov.to, repo, &entered);
-    let applied = write(ctx, |ctx, tx| {
-        if !db::tasks::cas_stage(tx, task.id, task.stage, ov.to, marker.as_deref(), ctx.now)? {
-            return Ok(None);
-        }
-        db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
-        db::tasks::set_blocked(tx, task.id, None, ctx.now)?;
-        db::tasks::set_held(tx, task.id, None, ctx.now)?;
-        if ov.reset_retries {
-            db::tasks::set_dev_retries(tx, task.id, 0, ctx.now)?;
-        }
-        db::transitions::insert(
-            tx,
-            &NewTransition {
-                task_id: task.id,
-                from: task.stage,
-                to: ov.to,
-                actor: Actor::Operator.as_str(),
-                outcome: "override",
-                reason: &ov.reason,
-                overridden_verdict: Some(&verdict),
-                artifact_sha256: sha.as_deref(),
-            },
-            ctx.now,
-        )?;
-        let hop = crate::ops::notify::Hop {
-            id: tx.last_insert_rowid(),
-            from: task.stage,
-            to: ov.to,
-            actor: Actor::Operator.as_str(),
-            outcome: "override",
-            reason: &ov.reason,
-        };
-        crate::ops::notify::on_transition(ctx, tx, task, &hop)?;
-        let job = match role {
-            Some(r) => Some(enqueue(ctx, tx, task, r, ov.to, None)?),
-            None => None,
-        };
-        Ok(Some(job))
-    })
-    .context("applying the override")?;
+    let applied = ctx
+        .write(|ctx, tx| {
+            if !db::tasks::cas_stage(tx, task.id, task.stage, ov.to, marker.as_deref(), ctx.now)? {
+                return Ok(None);
+            }
+            db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
+            db::tasks::set_blocked(tx, task.id, None, ctx.now)?;
+            db::tasks::set_held(tx, task.id, None, ctx.now)?;
+            if ov.reset_retries {
+                db::tasks::set_dev_retries(tx, task.id, 0, ctx.now)?;
+            }
+            record_full(
+                ctx,
+                tx,
+                task,
+                task.stage,
+                ov.to,
+                Actor::Operator,
+                Outcome::Override,
+                &ov.reason,
+                Some(&Audit {
+                    verdict: &verdict,
+                    artifact_sha256: sha.as_deref(),
+                }),
+            )?;
+            let job = match role {
+                Some(r) => Some(enqueue(ctx, tx, task, r, ov.to, None)?),
+                None => None,
+            };
+            Ok(Some(job))
+        })
+        .context("applying the override")?;
     let Some(job) = applied else {
         return lost(ctx, task, req);
     };

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 use crate::domain::ids::JobId;
 use crate::domain::stage::JobStatus;

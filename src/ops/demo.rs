@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::config;
 use crate::db;
+use crate::domain::history::{Actor, Outcome};
 use crate::domain::ids::{TaskRef, WorkItem};
 use crate::domain::stage::Stage;
 use crate::domain::time::Ts;
@@ -105,17 +106,18 @@ pub fn drive(
     mut on_progress: impl FnMut(&Progress),
 ) -> Result<DemoResult> {
     let cfg = config::load(cfg_path, None)?;
-    let ctx = crate::Ctx::with_config(cfg, false)?;
+    let ctx = crate::ctx::Ctx::with_config(cfg, false)?;
     task::add(
         &ctx,
         &AddRequest {
             repo: "demo",
             title: "Add a friendly greeting",
             work_item: Some(WORK_ITEM),
-            description_file: None,
+            description: "",
             bug: false,
             labels: &[],
             depends_on: &[],
+            actor: Actor::Operator,
         },
     )?;
     let exe = std::env::current_exe().context("locating the orch binary")?;
@@ -165,7 +167,7 @@ pub fn drive(
 
 /// One row per job: its stage, role, how it ended, how long it ran, and the decision that
 /// followed it in the history.
-fn summary(ctx: &crate::Ctx, task: &db::tasks::TaskRow) -> Result<Vec<Row>> {
+fn summary(ctx: &crate::ctx::Ctx, task: &db::tasks::TaskRow) -> Result<Vec<Row>> {
     let c = ctx.db.conn();
     let history = db::transitions::of_task(c, task.id)?;
     let mut rows = Vec::new();
@@ -173,7 +175,9 @@ fn summary(ctx: &crate::Ctx, task: &db::tasks::TaskRow) -> Result<Vec<Row>> {
         let finished: Option<Ts> = j.finished_at;
         // The decision after the job, with the N/A hops applied in the same advance.
         let first = history.iter().position(|h| {
-            h.from == j.stage && finished.is_some_and(|f| h.at >= f) && h.outcome != "checked"
+            h.from == j.stage
+                && finished.is_some_and(|f| h.at >= f)
+                && h.outcome != Outcome::Checked
         });
         let verdict = first
             .map(|i| {
@@ -181,7 +185,7 @@ fn summary(ctx: &crate::Ctx, task: &db::tasks::TaskRow) -> Result<Vec<Row>> {
                 let mut path = vec![h.to.to_string()];
                 let mut last = h;
                 for next in &history[i + 1..] {
-                    if next.outcome == "advanced"
+                    if next.outcome == Outcome::Advanced
                         && next.reason.contains("N/A")
                         && next.from == last.to
                         && next.at == last.at

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::config::{CiMode, RepoCfg, ServiceCfg};
+use crate::ctx::Ctx;
 use crate::domain::ids::printable;
 use crate::ext::proc::Cmd;
 

@@ -5,8 +5,8 @@
 
 use anyhow::{Context, Result};
 
-use crate::Ctx;
 use crate::config::{CiMode, RepoCfg};
+use crate::ctx::Ctx;
 use crate::db;
 use crate::db::tasks::TaskRow;
 use crate::domain::gate::{ABSENT, Artifact, CiGate, CiState, GateFacts, missing_analysis_files};
@@ -162,10 +162,7 @@ pub fn facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, view: &GitView) -> Resul
     let mut f = GateFacts {
         work_item: task.base_work_item.clone(),
         entry_marker: task.entry_marker.clone(),
-        not_applicable: crate::domain::gate::not_applicable(
-            task.stage,
-            crate::ops::advance::contracts(repo),
-        ),
+        not_applicable: crate::domain::gate::not_applicable(task.stage, repo.contracts()),
         ..GateFacts::default()
     };
     if f.not_applicable.is_some() {

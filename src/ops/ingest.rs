@@ -12,16 +12,14 @@
 //! concurrent deliveries of the same id acting twice; the use-cases it calls are idempotent
 //! under their stage compare-and-swap, so the second one finds the work done and is ignored.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::Ctx;
 use crate::config::{CiMode, RepoCfg};
+use crate::ctx::Ctx;
 use crate::db::{self, events::NewEvent, tasks::TaskRow};
+use crate::domain::history::Actor;
 use crate::domain::ids::{TaskRef, WorkItem, printable};
 use crate::domain::stage::Stage;
 use crate::domain::webhook::{
@@ -29,7 +27,7 @@ use crate::domain::webhook::{
     Secret, Verified,
 };
 use crate::error::{Code, code_of, usage};
-use crate::ops::advance::{self, Actor};
+use crate::ops::advance;
 use crate::ops::{gather, task};
 
 pub use crate::domain::webhook::{Outcome, Source};
@@ -307,17 +305,13 @@ fn plane_issue(ctx: &Ctx, issue: &PlaneIssue) -> Result<Routed> {
     let gesture = match action {
         PlaneAction::Ignore(why) => return Ok(Routed::ignored(why, some_wi)),
         PlaneAction::Start => return start(ctx, &ctx.config.repos[idx], &wi, issue),
-        PlaneAction::Approve => {
-            task::approve(ctx, wi.as_str(), crate::ops::advance::Actor::Webhook)?
-        }
-        PlaneAction::ConfirmDeploy => {
-            task::confirm_deploy(ctx, wi.as_str(), crate::ops::advance::Actor::Webhook)?
-        }
+        PlaneAction::Approve => task::approve(ctx, wi.as_str(), Actor::Webhook)?,
+        PlaneAction::ConfirmDeploy => task::confirm_deploy(ctx, wi.as_str(), Actor::Webhook)?,
         PlaneAction::Cancel => task::cancel(
             ctx,
             wi.as_str(),
             Some("STOP in the tracker"),
-            crate::ops::advance::Actor::Webhook,
+            Actor::Webhook,
         )?,
     };
     Ok(Routed::processed(gesture.message, some_wi))
@@ -332,23 +326,20 @@ fn start(ctx: &Ctx, repo: &RepoCfg, wi: &WorkItem, issue: &PlaneIssue) -> Result
             some_wi,
         ));
     };
-    let description = match issue.description.as_deref().map(str::trim) {
-        Some(text) if !text.is_empty() => Some(TempFile::write(ctx, text)?),
-        _ => None,
-    };
+    let description = issue.description.as_deref().map(str::trim).unwrap_or("");
     let added = task::add(
         ctx,
         &task::AddRequest {
             repo: &repo.name,
             title: &title,
             work_item: Some(wi.as_str()),
-            description_file: description.as_ref().map(|f| f.0.as_path()),
+            description,
             bug: false,
             labels: &issue.labels,
             depends_on: &[],
+            actor: Actor::Webhook,
         },
     )?;
-    drop(description);
     if let Some(id) = &issue.issue_id {
         let task = db::tasks::find(ctx.db.conn(), &TaskRef::WorkItem(wi.clone()))?
             .ok_or_else(|| anyhow!("task `{wi}` vanished right after it was added"))?;
@@ -363,31 +354,6 @@ fn start(ctx: &Ctx, repo: &RepoCfg, wi: &WorkItem, issue: &PlaneIssue) -> Result
         ),
         some_wi,
     ))
-}
-
-/// A description handed to `task add` as a file, removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn write(ctx: &Ctx, text: &str) -> Result<TempFile> {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let dir = ctx.config.state_dir.join("tmp");
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("creating directory `{}`", dir.display()))?;
-        let path = dir.join(format!(
-            "ingest-{}-{}.md",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::write(&path, text).with_context(|| format!("writing `{}`", path.display()))?;
-        Ok(TempFile(path))
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 // ---- Gitea ----

@@ -6,23 +6,24 @@
 //! `(id, status = 'running', attempts)`, so a stale supervisor can never overwrite a newer one.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tracing::{info, warn};
 
-use crate::Ctx;
 use crate::config::{CiMode, RepoCfg};
+use crate::ctx::Ctx;
 use crate::db::{self, jobs::JobRow, tasks::TaskRow};
 use crate::domain::agent::{self, AgentResult};
-use crate::domain::ids::{JobId, TaskRef, WorkItem};
+use crate::domain::history::Actor;
+use crate::domain::ids::JobId;
 use crate::domain::stage::{JobStatus, Role, Stage};
 use crate::error::{Code, exit, usage};
-use crate::ext::git::{Git, RepoRef};
+use crate::ext::git::Git;
 use crate::ext::proc::{self, Ending, RunOutcome, Spec};
-use crate::ext::{env, sys};
-use crate::ops::advance::{self, Actor, Request};
+use crate::ext::sys;
+use crate::ops::advance;
+use crate::ops::worktree::{self, Identity};
 
 /// What the supervisor did, for its log and exit code.
 #[derive(Debug)]
@@ -30,9 +31,42 @@ pub struct JobReport {
     pub job: JobId,
     pub work_item: String,
     pub role: Role,
-    pub status: &'static str,
+    pub status: AttemptOutcome,
     pub detail: String,
     pub advance: Option<advance::Report>,
+}
+
+/// How one attempt ended, from its supervisor's (or the reaper's) point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// The job is `done`.
+    Done,
+    /// The job is `queued` again: a retry after a backoff, or a usage limit.
+    Queued,
+    /// The job is `failed`: its last attempt failed.
+    Failed,
+    /// The job is `cancelled` (superseded: its task left the stage).
+    Cancelled,
+    /// Another attempt (or a cancel, or the reaper) owns the job now; this outcome was dropped.
+    Stale,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Done => "done",
+            AttemptOutcome::Queued => "queued",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Cancelled => "cancelled",
+            AttemptOutcome::Stale => "stale",
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The compiled-in role prompts (SPEC §2: `commands/<role>.md`).
@@ -53,33 +87,6 @@ fn default_timeout(role: Role) -> u64 {
         Role::Reviewer => 3000,
         Role::Analyst | Role::Architect | Role::Tester | Role::Deployer => 1800,
     }
-}
-
-/// The git identity a role commits as.
-pub fn identity(role: Role) -> (String, String) {
-    (format!("orch-{role}"), format!("{role}@orch.invalid"))
-}
-
-fn repo_ref(repo: &RepoCfg) -> RepoRef<'_> {
-    RepoRef {
-        name: &repo.name,
-        remote: &repo.remote,
-        main: &repo.main,
-    }
-}
-
-/// Make sure the task worktree exists (created on the task's first job from fresh
-/// `origin/<main>`, or checked out as it is when the remote already has the branch).
-pub fn ensure_worktree(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
-    let git = Git::new(&ctx.config.repos_dir);
-    let lock = git.lock(&repo.name)?;
-    let r = repo_ref(repo);
-    git.ensure_clone(&lock, &r)
-        .with_context(|| format!("cloning repo `{}`", repo.name))?;
-    git.fetch(&lock, &r)
-        .with_context(|| format!("fetching repo `{}`", repo.name))?;
-    git.worktree_add(&lock, &r, &task.base_work_item, &task.branch)
-        .with_context(|| format!("preparing the worktree of `{}`", task.work_item))
 }
 
 /// Run job `id` as its supervisor.
@@ -196,7 +203,7 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
 }
 
 fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<JobReport> {
-    let repo = advance::repo_of(ctx, task)?.clone();
+    let repo = ctx.repo_of(task)?.clone();
     if task.stage != job.stage || task.stage.is_terminal() {
         // The task left the stage: the job is stale, its work would be a CAS no-op.
         ctx.db.write(|tx| {
@@ -213,7 +220,7 @@ fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<Jo
             job: job.id,
             work_item: task.work_item.clone(),
             role: job.role,
-            status: "cancelled",
+            status: AttemptOutcome::Cancelled,
             detail: format!("task is in `{}` now", task.stage),
             advance: None,
         });
@@ -235,19 +242,23 @@ fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<Jo
                 attempt,
                 JobStatus::Done,
                 Some(&detail),
-                crate::now(),
+                crate::ctx::now(),
             )
         })?;
         return Ok(JobReport {
             job: job.id,
             work_item: task.work_item.clone(),
             role: job.role,
-            status: if finished { "done" } else { "stale" },
+            status: if finished {
+                AttemptOutcome::Done
+            } else {
+                AttemptOutcome::Stale
+            },
             detail,
             advance: None,
         });
     }
-    let worktree = ensure_worktree(ctx, task, &repo)?;
+    let worktree = worktree::ensure(ctx, task, &repo)?;
     let outcome = launch_agent(ctx, job, attempt, task, &repo, &worktree)?;
     finish_agent_run(ctx, job, attempt, task, &repo, &worktree, outcome)
 }
@@ -334,19 +345,15 @@ fn launch_agent(
     );
     let wi = &task.base_work_item;
     let artifact_dir = format!("docs/work-items/{wi}");
-    let set = [
-        ("ORCH_SANDBOX", "1".to_string()),
-        ("ORCH_WORK_ITEM", wi.clone()),
-        ("ORCH_ROLE", role.to_string()),
-        ("ORCH_STAGE", job.stage.to_string()),
-        ("ORCH_JOB_ID", job.id.0.to_string()),
-        ("ORCH_ARTIFACT_DIR", artifact_dir),
-    ];
-    let child_env = env::child_env(
-        std::env::vars_os(),
-        &secret_env_names(ctx),
-        &cfg.env_deny,
-        &set,
+    let child_env = worktree::child_env(
+        ctx,
+        task,
+        &[
+            ("ORCH_ROLE", role.to_string()),
+            ("ORCH_STAGE", job.stage.to_string()),
+            ("ORCH_JOB_ID", job.id.0.to_string()),
+            ("ORCH_ARTIFACT_DIR", artifact_dir),
+        ],
     );
     let timeout = role_cfg
         .and_then(|r| r.timeout_s)
@@ -356,7 +363,7 @@ fn launch_agent(
         .state_dir
         .join("logs")
         .join(format!("job-{}.agent.log", job.id.0));
-    let started_at = crate::now();
+    let started_at = crate::ctx::now();
     info!(argv = ?argv, "launching the agent");
     let spec = Spec {
         argv: argv.into_iter().map(OsString::from).collect(),
@@ -384,16 +391,6 @@ fn launch_agent(
     Ok((outcome, model, effort, started_at))
 }
 
-/// Every variable named by a `*_env` key of the config (SPEC §9).
-pub fn secret_env_names(ctx: &Ctx) -> Vec<String> {
-    [&ctx.config.tracker, &ctx.config.forge, &ctx.config.chat]
-        .into_iter()
-        .flatten()
-        .flat_map(|s| [s.token_env.clone(), s.webhook_secret_env.clone()])
-        .flatten()
-        .collect()
-}
-
 #[allow(clippy::too_many_arguments)]
 fn finish_agent_run(
     ctx: &Ctx,
@@ -404,7 +401,7 @@ fn finish_agent_run(
     worktree: &std::path::Path,
     (outcome, model, effort, started_at): (RunOutcome, Option<String>, Option<String>, i64),
 ) -> Result<JobReport> {
-    let now = crate::now();
+    let now = crate::ctx::now();
     let result: Option<AgentResult> = outcome
         .result_line
         .as_deref()
@@ -446,7 +443,7 @@ fn finish_agent_run(
             },
         )
     })?;
-    let report = |status: &'static str, detail: String, adv: Option<advance::Report>| JobReport {
+    let report = |status: AttemptOutcome, detail: String, adv: Option<advance::Report>| JobReport {
         job: job.id,
         work_item: task.work_item.clone(),
         role: job.role,
@@ -477,7 +474,7 @@ fn finish_agent_run(
             crate::ops::notify::alert(ctx, tx, Some(task), &text);
             db::jobs::requeue(tx, job.id, attempt, until, &why, true)
         })?;
-        return Ok(report("queued", why, None));
+        return Ok(report(AttemptOutcome::Queued, why, None));
     }
 
     let ended = describe(&outcome.ending);
@@ -493,15 +490,12 @@ fn finish_agent_run(
     }
 
     // Success: commit what the agent changed as the role, push the feature branch.
-    let git = Git::new(&ctx.config.repos_dir);
-    let (name, email) = identity(job.role);
     let msg = format!(
         "{}: {} (job {}, attempt {attempt})",
         task.base_work_item, job.role, job.id.0
     );
-    let sha = git.commit_all(worktree, &msg, &name, &email)?;
-    git.push_branch(&repo_ref(repo), worktree, &task.branch)
-        .with_context(|| format!("pushing `{}`", task.branch))?;
+    let sha = worktree::commit(ctx, worktree, None, &msg, &Identity::of_role(job.role))?;
+    worktree::push(ctx, repo, task, worktree)?;
     info!(commit = ?sha, "pushed {}", task.branch);
     // Exit 0 is recorded only once the work is pushed: a reaper that finds this supervisor dead
     // with exit 0 may then finish the job without losing anything; before that, it re-runs it.
@@ -512,42 +506,36 @@ fn finish_agent_run(
         run_ci_command(ctx, task, repo, worktree)?;
     }
 
-    if !ctx
-        .db
-        .write(|tx| db::jobs::finish(tx, job.id, attempt, JobStatus::Done, None, crate::now()))?
-    {
+    if !ctx.db.write(|tx| {
+        db::jobs::finish(
+            tx,
+            job.id,
+            attempt,
+            JobStatus::Done,
+            None,
+            crate::ctx::now(),
+        )
+    })? {
         return Ok(report(
-            "stale",
+            AttemptOutcome::Stale,
             "another attempt owns this job now; outcome dropped".into(),
             None,
         ));
     }
-    let rep = advance::advance(
-        &Ctx {
-            config: ctx.config.clone(),
-            db: db::Db::open(&ctx.config.db_path())?,
-            json: ctx.json,
-            now: crate::now(),
-        },
-        &Request {
-            task: TaskRef::WorkItem(WorkItem::parse(&task.base_work_item).map_err(usage)?),
-            expect_stage: Some(job.stage),
-            as_role: Some(job.role),
-            to: None,
-            dry_run: false,
-            actor: Actor::Supervisor,
-            note: None,
-        },
-    );
+    let rep = worktree::advance_as(ctx, task, job.stage, job.role, Actor::Supervisor, None);
     let rep = match rep {
         Ok(r) => r,
         Err(e) => {
             // The reconciler will retry the advance; the job itself is done.
             warn!("advance after the job failed: {e:#}");
-            return Ok(report("done", format!("advance failed: {e:#}"), None));
+            return Ok(report(
+                AttemptOutcome::Done,
+                format!("advance failed: {e:#}"),
+                None,
+            ));
         }
     };
-    Ok(report("done", rep.reason.clone(), Some(rep)))
+    Ok(report(AttemptOutcome::Done, rep.reason.clone(), Some(rep)))
 }
 
 /// `ci.mode: command` (SPEC §3.4): run the check in the worktree and record it as the CI status
@@ -561,19 +549,11 @@ fn run_ci_command(
     let git = Git::new(&ctx.config.repos_dir);
     let head = git
         .head(
-            &repo_ref(repo),
+            &repo.git_ref(),
             &crate::ext::git::Source::Worktree(worktree.to_path_buf()),
         )?
         .context("the worktree has no HEAD")?;
-    let env = env::child_env(
-        std::env::vars_os(),
-        &secret_env_names(ctx),
-        &ctx.config.agent.env_deny,
-        &[
-            ("ORCH_SANDBOX", "1".to_string()),
-            ("ORCH_WORK_ITEM", task.base_work_item.clone()),
-        ],
-    );
+    let env = worktree::child_env(ctx, task, &[]);
     let out = proc::run_supervised(
         Spec {
             argv: repo.ci.argv.iter().map(OsString::from).collect(),
@@ -614,7 +594,7 @@ fn run_ci_command(
             "orch/command",
             state,
             &detail,
-            crate::now(),
+            crate::ctx::now(),
         )
     })
 }
@@ -645,8 +625,8 @@ pub fn retry_or_fail(
     attempt: u32,
     task: &TaskRow,
     detail: &str,
-) -> Result<&'static str> {
-    let now = crate::now();
+) -> Result<AttemptOutcome> {
+    let now = crate::ctx::now();
     if attempt < job.max_attempts {
         let delay = agent::backoff_s(
             ctx.config.scheduler.retry_backoff_s,
@@ -660,7 +640,11 @@ pub fn retry_or_fail(
             "attempt {attempt}/{} failed; retry in {delay}s",
             job.max_attempts
         );
-        Ok(if requeued { "queued" } else { "stale" })
+        Ok(if requeued {
+            AttemptOutcome::Queued
+        } else {
+            AttemptOutcome::Stale
+        })
     } else {
         let failed = ctx.db.write(|tx| {
             let failed =
@@ -677,7 +661,11 @@ pub fn retry_or_fail(
             }
             Ok(failed)
         })?;
-        Ok(if failed { "failed" } else { "stale" })
+        Ok(if failed {
+            AttemptOutcome::Failed
+        } else {
+            AttemptOutcome::Stale
+        })
     }
 }
 

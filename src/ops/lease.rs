@@ -128,13 +128,13 @@ pub fn view(rows: Vec<LeaseRow>) -> Vec<LeaseView> {
 }
 
 /// `orch lease release <WI> [--force]` and `--merge <repo>`: refuse a live owner unless forced.
-pub fn release(ctx: &crate::Ctx, target: ReleaseTarget<'_>, force: bool) -> Result<String> {
+pub fn release(ctx: &crate::ctx::Ctx, target: ReleaseTarget<'_>, force: bool) -> Result<String> {
     use crate::error::{Code, exit, usage};
     let c = ctx.db.conn();
     let (row, what) = match target {
         ReleaseTarget::Task(wi) => {
             let r = crate::domain::ids::TaskRef::parse(wi).map_err(usage)?;
-            let task = crate::ops::advance::find_task(ctx, &r)?;
+            let task = ctx.task(&r)?;
             (
                 db::leases::transition_get(c, task.id)?,
                 format!("transition lease of `{}`", task.work_item),

@@ -2,6 +2,7 @@
 //! decision through `db` and `ext`. Commands call one use-case; use-cases never print.
 
 pub mod advance;
+pub mod apply;
 pub mod claim;
 pub mod demo;
 pub mod doctor;
@@ -18,3 +19,4 @@ pub mod show;
 pub mod task;
 pub mod tick;
 pub mod why;
+pub mod worktree;

@@ -13,14 +13,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use crate::Ctx;
 use crate::config::{RepoCfg, ServiceCfg};
+use crate::ctx::Ctx;
 use crate::db;
 use crate::db::tasks::TaskRow;
 use crate::domain::gate;
+use crate::domain::history::{Actor, Outcome};
 use crate::domain::sandbox::{Service, Target};
 use crate::domain::stage::Stage;
-use crate::ext::gitea::ForgeRepo;
 use crate::ext::telegram::{escape_html, valid_chat_id};
 
 /// Outbox kinds this module queues (and `ops::outbox` performs).
@@ -36,8 +36,8 @@ pub struct Hop<'a> {
     pub id: i64,
     pub from: Stage,
     pub to: Stage,
-    pub actor: &'a str,
-    pub outcome: &'a str,
+    pub actor: Actor,
+    pub outcome: Outcome,
     pub reason: &'a str,
 }
 
@@ -93,17 +93,23 @@ pub fn stage_state(stage: Stage, awaiting_confirm: bool) -> Option<Mirror> {
 pub fn mirror_of(hop: &Hop<'_>, awaiting_confirm: bool) -> (Option<Mirror>, bool) {
     let moved = hop.from != hop.to;
     let state = match hop.outcome {
-        "blocked" => Some(m("Blocked", "started")),
-        "held" => Some(m("Needs Input", "started")),
+        Outcome::Blocked => Some(m("Blocked", "started")),
+        Outcome::Held => Some(m("Needs Input", "started")),
         _ if moved => stage_state(hop.to, awaiting_confirm),
-        "resumed" | "override" => stage_state(hop.to, awaiting_confirm),
-        "approved" if hop.to == Stage::Deploy => stage_state(Stage::Deploy, false),
+        Outcome::Resumed | Outcome::Override => stage_state(hop.to, awaiting_confirm),
+        Outcome::Approved if hop.to == Stage::Deploy => stage_state(Stage::Deploy, false),
         _ => None,
     };
     let comment = moved
         || matches!(
             hop.outcome,
-            "blocked" | "held" | "approved" | "paused" | "resumed" | "override" | "cancelled"
+            Outcome::Blocked
+                | Outcome::Held
+                | Outcome::Approved
+                | Outcome::Paused
+                | Outcome::Resumed
+                | Outcome::Override
+                | Outcome::Cancelled
         );
     (state, comment)
 }
@@ -112,9 +118,9 @@ pub fn mirror_of(hop: &Hop<'_>, awaiting_confirm: bool) -> (Option<Mirror>, bool
 /// base URL, a workspace and a token variable. A block with only a webhook secret is inbound
 /// only, and nothing is queued for it.
 fn plane_cfg(ctx: &Ctx) -> Option<&ServiceCfg> {
-    ctx.config.tracker.as_ref().filter(|t| {
-        t.kind == "plane" && t.base_url.is_some() && t.workspace.is_some() && t.token_env.is_some()
-    })
+    ctx.config
+        .plane()
+        .filter(|t| t.base_url.is_some() && t.workspace.is_some() && t.token_env.is_some())
 }
 
 /// Queue the tracker mirror of one history row of `task` (SPEC §9): a state and a comment, for
@@ -194,8 +200,8 @@ pub fn link_tracker(ctx: &Ctx, tx: &Connection, task: &TaskRow, issue: &str) -> 
         id: last.id,
         from: last.from,
         to: last.to,
-        actor: &last.actor,
-        outcome: &last.outcome,
+        actor: last.actor,
+        outcome: last.outcome,
         reason: &last.reason,
     };
     on_transition(ctx, tx, task, &hop)
@@ -204,7 +210,7 @@ pub fn link_tracker(ctx: &Ctx, tx: &Connection, task: &TaskRow, issue: &str) -> 
 /// Whether `task` entering (or sitting in) `stage` waits for a human's deploy confirmation.
 fn awaiting_confirm(repo: &RepoCfg, task: &TaskRow, stage: Stage) -> bool {
     stage == Stage::Deploy
-        && gate::not_applicable(Stage::Deploy, crate::ops::advance::contracts(repo)).is_none()
+        && gate::not_applicable(Stage::Deploy, repo.contracts()).is_none()
         && repo.require_confirm()
         && !task.has_label("auto-deploy")
         && task.deploy_confirmed_at.is_none()
@@ -219,7 +225,7 @@ pub fn comment_html(task: &TaskRow, hop: &Hop<'_>, run: Option<&db::outbox::RunN
             "<p><strong>orch</strong> · <code>{}</code> in <code>{}</code>: {}</p>",
             e(&task.work_item),
             hop.to,
-            e(hop.outcome)
+            hop.outcome
         )
     } else {
         format!(
@@ -227,14 +233,14 @@ pub fn comment_html(task: &TaskRow, hop: &Hop<'_>, run: Option<&db::outbox::RunN
             e(&task.work_item),
             hop.from,
             hop.to,
-            e(hop.outcome)
+            hop.outcome
         )
     };
     let mut who = Vec::new();
     if let Some(role) = hop.from.spec().role {
         who.push(format!("role: {role}"));
     }
-    who.push(format!("by: {}", e(hop.actor)));
+    who.push(format!("by: {}", hop.actor));
     html.push_str(&format!("<p>{}</p>", who.join(" · ")));
     if !hop.reason.trim().is_empty() {
         let reason: String = hop.reason.chars().take(2000).collect();
@@ -315,11 +321,7 @@ pub struct DeleteBranchPayload {
 
 /// The chat block when it is Telegram with a token variable and a usable chat id.
 fn chat_target(ctx: &Ctx) -> Option<&str> {
-    let chat = ctx
-        .config
-        .chat
-        .as_ref()
-        .filter(|c| c.kind == "telegram" && c.token_env.is_some())?;
+    let chat = ctx.config.telegram().filter(|c| c.token_env.is_some())?;
     chat.chat_id.as_deref().filter(|id| valid_chat_id(id))
 }
 
@@ -370,22 +372,6 @@ pub fn alert_html(task: Option<&TaskRow>, text: &str) -> String {
     }
 }
 
-/// The forge repository of `repo`: `forge_repo` when set, else read from its remote URL.
-pub fn forge_repo(repo: &RepoCfg) -> Option<ForgeRepo> {
-    match repo.forge_repo.as_deref() {
-        Some(s) => ForgeRepo::parse(s),
-        None => ForgeRepo::from_remote(&repo.remote),
-    }
-}
-
-/// The forge block when it is Gitea with a base URL.
-pub fn gitea_cfg(ctx: &Ctx) -> Option<&ServiceCfg> {
-    ctx.config
-        .forge
-        .as_ref()
-        .filter(|f| f.kind == "gitea" && f.base_url.is_some())
-}
-
 /// Cancel cascade (SPEC §3.6): queue the delete of the task's remote feature branch, through
 /// the forge API when a Gitea forge is configured, else with `git push --delete`. Never a main
 /// branch. Called inside the cancel's write transaction.
@@ -400,9 +386,11 @@ pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow) -> Result<()> {
         return Ok(());
     }
     // Deleting through the API needs a token; without one, git does it.
-    let forge = gitea_cfg(ctx)
+    let forge = ctx
+        .config
+        .gitea()
         .filter(|f| f.token_env.is_some())
-        .and_then(|_| forge_repo(repo));
+        .and_then(|_| repo.forge());
     let (kind, target, repo_id) = match forge {
         Some(f) => (
             FORGE_DELETE_BRANCH,
@@ -438,13 +426,13 @@ mod tests {
     use crate::domain::ids::TaskId;
     use crate::domain::stage::Track;
 
-    fn hop<'a>(from: Stage, to: Stage, outcome: &'a str) -> Hop<'a> {
+    fn hop<'a>(from: Stage, to: Stage, outcome: &str) -> Hop<'a> {
         Hop {
             id: 1,
             from,
             to,
-            actor: "supervisor",
-            outcome,
+            actor: Actor::Supervisor,
+            outcome: outcome.parse().unwrap(),
             reason: "r",
         }
     }
@@ -593,14 +581,14 @@ mod tests {
                     ctx.now,
                 )?;
                 let task = db::tasks::get(tx, id)?;
-                crate::ops::advance::record(
+                crate::ops::apply::record(
                     ctx,
                     tx,
                     &task,
                     Stage::Created,
                     Stage::Analysis,
-                    crate::ops::advance::Actor::Webhook,
-                    "advanced",
+                    Actor::Webhook,
+                    Outcome::Advanced,
                     "pipeline started",
                 )?;
                 Ok(task)

@@ -15,8 +15,8 @@ use anyhow::Result;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::Ctx;
 use crate::config::ServiceCfg;
+use crate::ctx::Ctx;
 use crate::db::{self, outbox::CachedState, outbox::OutboxRow};
 use crate::domain::sandbox::{self, Service, Target, Verdict};
 use crate::ext::gitea::{Deleted, ForgeRepo, Gitea};
@@ -92,7 +92,7 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
     // Delivering one row of a sequence makes the next one due, so look again while a pass
     // made progress.
     loop {
-        let rows = db::outbox::due(ctx.db.conn(), crate::now(), limit)?;
+        let rows = db::outbox::due(ctx.db.conn(), crate::ctx::now(), limit)?;
         let mut progressed = false;
         for row in rows {
             if tried >= limit || started.elapsed() > budget {
@@ -104,8 +104,9 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
             let Some(target) = Target::parse(&row.target) else {
                 if let Some(attempt) = claim(ctx, &row)? {
                     let why = format!("malformed target `{}`", row.target);
-                    ctx.db
-                        .write(|tx| db::outbox::fail(tx, row.id, attempt, &why, crate::now()))?;
+                    ctx.db.write(|tx| {
+                        db::outbox::fail(tx, row.id, attempt, &why, crate::ctx::now())
+                    })?;
                     rep.failed += 1;
                 }
                 continue;
@@ -135,7 +136,7 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
             };
             tried += 1;
             let outcome = perform(ctx, &http, &row);
-            let now = crate::now();
+            let now = crate::ctx::now();
             match outcome {
                 Ok(result) => {
                     info!(target = %target, "outbox #{} `{}`: {result}", row.id, row.kind);
@@ -188,7 +189,7 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
 }
 
 fn claim(ctx: &Ctx, row: &OutboxRow) -> Result<Option<u32>> {
-    let now = crate::now();
+    let now = crate::ctx::now();
     ctx.db
         .write(|tx| db::outbox::claim(tx, row.id, row.attempts, now, now + LEASE_S))
 }
@@ -235,7 +236,7 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
         }
         notify::CHAT_MESSAGE => {
             let p: ChatPayload = payload(row)?;
-            let Some(chat) = ctx.config.chat.as_ref().filter(|c| c.kind == "telegram") else {
+            let Some(chat) = ctx.config.telegram() else {
                 return Err(config_error(
                     "no `chat` block of kind `telegram` in the config".into(),
                 ));
@@ -247,7 +248,7 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
         }
         notify::FORGE_DELETE_BRANCH => {
             let p: DeleteBranchPayload = payload(row)?;
-            let Some(forge) = notify::gitea_cfg(ctx) else {
+            let Some(forge) = ctx.config.gitea() else {
                 return Err(config_error(
                     "no `forge` block of kind `gitea` in the config".into(),
                 ));
@@ -274,7 +275,7 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
 
 /// The Plane client from the `tracker` block, and the block.
 fn plane<'h>(ctx: &'h Ctx, http: &'h Http) -> Result<(Plane<'h>, &'h ServiceCfg), CallError> {
-    let Some(t) = ctx.config.tracker.as_ref().filter(|t| t.kind == "plane") else {
+    let Some(t) = ctx.config.plane() else {
         return Err(config_error(
             "no `tracker` block of kind `plane` in the config".into(),
         ));
@@ -320,7 +321,7 @@ fn states(
     project: &str,
     refresh: bool,
 ) -> Result<Vec<CachedState>, CallError> {
-    let now = crate::now();
+    let now = crate::ctx::now();
     let cached = db::outbox::tracker_states(ctx.db.conn(), project)
         .map_err(|e| config_error(format!("reading the state cache: {e:#}")))?;
     if let Some((at, states)) = &cached
@@ -460,7 +461,7 @@ pub fn list(ctx: &Ctx, failed_only: bool) -> Result<Vec<ItemOut>> {
 
 /// How many rows are due now (for `orch tick --plan`).
 pub fn due_count(ctx: &Ctx) -> Result<usize> {
-    Ok(db::outbox::due(ctx.db.conn(), crate::now(), TICK_LIMIT)?.len())
+    Ok(db::outbox::due(ctx.db.conn(), crate::ctx::now(), TICK_LIMIT)?.len())
 }
 
 #[cfg(test)]

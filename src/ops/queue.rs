@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::db::{self, jobs::JobRow, tasks::TaskRow};
 use crate::domain::claim::{self, Global, JobFacts, OtherTask, TaskFacts, Wait};
 use crate::domain::liveness::Liveness;

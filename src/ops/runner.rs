@@ -12,9 +12,10 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::Ctx;
 use crate::config::RepoCfg;
+use crate::ctx::Ctx;
 use crate::db::{self, tasks::TaskRow};
+use crate::domain::history::{Actor, Outcome};
 use crate::domain::ids::TaskRef;
 use crate::domain::runner::{
     self, Class, Decision, Exit, Kind, ReportFacts, STAGING_MARKERS, STAGING_RETRY_MARKER,
@@ -23,12 +24,10 @@ use crate::domain::runner::{
 use crate::domain::stage::{Role, Stage};
 use crate::domain::time::rfc3339;
 use crate::error::{Code, usage};
-use crate::ext::env;
-use crate::ext::git::{Git, RepoRef};
 use crate::ext::http::{GetResult, Http};
 use crate::ext::proc::{self, Ending, Spec};
-use crate::ops::advance::{self, Actor, Request, enqueue, find_task, record_here, repo_of, write};
-use crate::ops::job;
+use crate::ops::apply::{enqueue, record_here};
+use crate::ops::worktree::{self, Identity};
 
 /// What a runner did, for the command's output and exit code.
 #[derive(Debug, Serialize)]
@@ -37,7 +36,7 @@ pub struct RunReport {
     pub work_item: String,
     pub runner: &'static str,
     /// `advanced`, `rolled-back`, `blocked`, `held`, `deferred`, `checked`, … (SPEC §12 words).
-    pub outcome: String,
+    pub outcome: Outcome,
     pub class: &'static str,
     pub verdict: Option<&'static str>,
     pub reason: String,
@@ -68,7 +67,8 @@ struct Contract {
     role: Role,
     file: &'static str,
     marker: &'static str,
-    identity: (&'static str, &'static str),
+    /// The runner's name, which is also its git identity (`<name>@orch.invalid`).
+    identity: &'static str,
 }
 
 fn contract(kind: Kind, repo: &RepoCfg) -> Result<Contract> {
@@ -92,7 +92,7 @@ fn contract(kind: Kind, repo: &RepoCfg) -> Result<Contract> {
                 role: Role::Tester,
                 file: "13-test-report.md",
                 marker: TESTS_RETRY_MARKER,
-                identity: ("test-runner", "test-runner@orch.invalid"),
+                identity: "test-runner",
             })
         }
         Kind::Staging => {
@@ -120,7 +120,7 @@ fn contract(kind: Kind, repo: &RepoCfg) -> Result<Contract> {
                 role: Role::Deployer,
                 file: "15-staging-log.md",
                 marker: STAGING_RETRY_MARKER,
-                identity: ("staging-runner", "staging-runner@orch.invalid"),
+                identity: "staging-runner",
             })
         }
     }
@@ -201,10 +201,10 @@ fn smoke(repo: &RepoCfg) -> (Vec<SmokeLine>, Option<String>) {
 /// Run the contract of `kind` for `wi`.
 pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) -> Result<RunReport> {
     let r = TaskRef::parse(wi).map_err(usage)?;
-    let task = find_task(ctx, &r)?;
-    let repo = repo_of(ctx, &task)?.clone();
+    let task = ctx.task(&r)?;
+    let repo = ctx.repo_of(&task)?.clone();
     let c = contract(kind, &repo)?;
-    let runner_name = c.identity.0;
+    let runner_name = c.identity;
     if task.stage.is_terminal() {
         return Err(usage(format!(
             "`{}` is already `{}`; there is nothing to run",
@@ -217,22 +217,13 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
             task.work_item, task.stage, c.stage
         )));
     }
-    let worktree = job::ensure_worktree(ctx, &task, &repo)?;
+    let worktree = worktree::ensure(ctx, &task, &repo)?;
     let started = std::time::Instant::now();
     let log = ctx.config.state_dir.join("logs").join(format!(
         "{runner_name}-{}-{}.log",
         task.base_work_item, ctx.now
     ));
-    let child_env = env::child_env(
-        std::env::vars_os(),
-        &job::secret_env_names(ctx),
-        &ctx.config.agent.env_deny,
-        &[
-            ("ORCH_SANDBOX", "1".to_string()),
-            ("ORCH_WORK_ITEM", task.base_work_item.clone()),
-            ("ORCH_STAGE", task.stage.to_string()),
-        ],
-    );
+    let child_env = worktree::child_env(ctx, &task, &[("ORCH_STAGE", task.stage.to_string())]);
     let command = c
         .argv
         .iter()
@@ -283,7 +274,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         duration_ms = (duration_s * 1000.0) as u64,
         "runner decision: {reason}"
     );
-    let now = crate::now();
+    let now = crate::ctx::now();
     let facts = |pass: bool, unfinished: bool| {
         ReportFacts {
             work_item: &task.base_work_item,
@@ -306,7 +297,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         schema_version: 1,
         work_item: task.work_item.clone(),
         runner: runner_name,
-        outcome: String::new(),
+        outcome: Outcome::Checked,
         class: class.as_str(),
         verdict: None,
         reason: reason.clone(),
@@ -325,17 +316,17 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         let path = dir.join(c.file);
         std::fs::write(&path, facts(pass, false))
             .with_context(|| format!("writing `{}`", path.display()))?;
-        write(ctx, |ctx, tx| {
+        ctx.write(|ctx, tx| {
             record_here(
                 ctx,
                 tx,
                 &task,
                 actor(caller),
-                "checked",
+                Outcome::Checked,
                 &format!("{runner_name} dry check: {} ({reason})", class.as_str()),
             )
         })?;
-        rep.outcome = "checked".into();
+        rep.outcome = Outcome::Checked;
         rep.verdict = verdict_word(kind, class);
         rep.report = Some(path.display().to_string());
         rep.code = match class {
@@ -388,15 +379,15 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
                     class.as_str()
                 ),
             };
-            write(ctx, |ctx, tx| {
+            ctx.write(|ctx, tx| {
                 db::tasks::set_held(tx, task.id, Some(&why), ctx.now)?;
                 db::misc::journal(tx, Some(task.id), "held", &why, ctx.now)?;
-                record_here(ctx, tx, &task, actor(caller), "held", &why)?;
+                record_here(ctx, tx, &task, actor(caller), Outcome::Held, &why)?;
                 let text = format!("{} held: {why}", task.work_item);
                 crate::ops::notify::alert(ctx, tx, Some(&task), &text);
                 Ok(())
             })?;
-            rep.outcome = "held".into();
+            rep.outcome = Outcome::Held;
             rep.reason = why;
             rep.code = Code::Held;
         }
@@ -408,15 +399,15 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
                 used + 1,
                 c.max_retries
             );
-            let job = write(ctx, |ctx, tx| {
+            let job = ctx.write(|ctx, tx| {
                 db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
                 let j = enqueue(ctx, tx, &task, c.role, task.stage, None)?;
                 db::jobs::mark_retry(tx, j, c.marker, ctx.now + delay)?;
                 db::misc::journal(tx, Some(task.id), "deferred", &why, ctx.now)?;
-                record_here(ctx, tx, &task, actor(caller), "deferred", &why)?;
+                record_here(ctx, tx, &task, actor(caller), Outcome::Deferred, &why)?;
                 Ok(j)
             })?;
-            rep.outcome = "deferred".into();
+            rep.outcome = Outcome::Deferred;
             rep.reason = why;
             rep.enqueued_job = Some(job.0);
             rep.code = Code::Busy;
@@ -490,26 +481,24 @@ fn apply_report(
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&path, text).with_context(|| format!("writing `{}`", path.display()))?;
-    let git = Git::new(&ctx.config.repos_dir);
     let msg = format!(
         "{}: {} report ({})",
         task.base_work_item,
-        c.identity.0,
+        c.identity,
         if pass { "pass" } else { "fail" }
     );
-    git.commit_paths(worktree, &[rel.as_str()], &msg, c.identity.0, c.identity.1)?;
-    let r = RepoRef {
-        name: &repo.name,
-        remote: &repo.remote,
-        main: &repo.main,
-    };
-    if let Err(e) = git.push_branch(&r, worktree, &task.branch) {
+    worktree::commit(
+        ctx,
+        worktree,
+        Some(&[rel.as_str()]),
+        &msg,
+        &Identity::of_runner(c.identity),
+    )?;
+    if let Err(e) = worktree::push(ctx, repo, task, worktree) {
         warn!(work_item = %task.work_item, "could not push the report (the gate reads the worktree): {e:#}");
     }
     if task.held_at.is_some() {
-        write(ctx, |ctx, tx| {
-            db::tasks::set_held(tx, task.id, None, ctx.now)
-        })?;
+        ctx.write(|ctx, tx| db::tasks::set_held(tx, task.id, None, ctx.now))?;
     }
     rep.verdict = verdict_word(
         c.kind,
@@ -520,38 +509,23 @@ fn apply_report(
         },
     );
     rep.report = Some(rel);
-    let adv = advance::advance(
-        &Ctx {
-            config: ctx.config.clone(),
-            db: db::Db::open(&ctx.config.db_path())?,
-            json: ctx.json,
-            now: crate::now(),
-        },
-        &Request {
-            task: TaskRef::parse(&task.base_work_item).map_err(usage)?,
-            expect_stage: Some(c.stage),
-            as_role: Some(c.role),
-            to: None,
-            dry_run: false,
-            actor: actor(caller),
-            note: Some(format!(
-                "{}: {} ({}), exit {}, {:.1}s",
-                c.identity.0,
-                rep.class,
-                rep.reason,
-                rep.exit_code
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "none".into()),
-                rep.duration_s
-            )),
-        },
-    )?;
-    rep.outcome = adv.outcome.as_str().into();
+    let note = format!(
+        "{}: {} ({}), exit {}, {:.1}s",
+        c.identity,
+        rep.class,
+        rep.reason,
+        rep.exit_code
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "none".into()),
+        rep.duration_s
+    );
+    let adv = worktree::advance_as(ctx, task, c.stage, c.role, actor(caller), Some(note))?;
+    rep.outcome = adv.outcome;
     rep.enqueued_job = adv.enqueued_job.map(|j| j.0);
     // The runner's own finding first (a failed smoke check shows nowhere else), then the gate's.
     rep.reason = format!("{}; {}", rep.reason, adv.reason);
     rep.code = match (pass, adv.outcome) {
-        (true, advance::Outcome::Advanced) => Code::Ok,
+        (true, Outcome::Advanced) => Code::Ok,
         (_, o) => o.code(),
     };
     Ok(())

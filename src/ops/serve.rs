@@ -31,8 +31,8 @@ use anyhow::{Context, Result};
 use nix::sys::signal::{SigSet, Signal};
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::config::Config;
+use crate::ctx::Ctx;
 use crate::db;
 use crate::domain::stage::Stage;
 use crate::domain::time::rfc3339;
@@ -398,7 +398,7 @@ fn accept(listener: TcpListener, shared: Arc<Shared>) {
 /// Answer 503 on a fresh connection and close it, without reading anything.
 fn refuse(mut stream: TcpStream, why: &str) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let bytes = Reply::busy(why).encode(false, false, crate::now());
+    let bytes = Reply::busy(why).encode(false, false, crate::ctx::now());
     let _ = stream.write_all(&bytes);
     let _ = stream.shutdown(Shutdown::Both);
 }
@@ -421,7 +421,7 @@ fn connection(stream: TcpStream, shared: &Shared) {
                     ReadError::Closed | ReadError::Io(_) => return,
                 };
                 tracing::info!(?peer, status = reply.status, "bad request head");
-                let _ = conn.write_all(&reply.encode(false, false, crate::now()));
+                let _ = conn.write_all(&reply.encode(false, false, crate::ctx::now()));
                 linger_close(conn.into_inner());
                 return;
             }
@@ -430,7 +430,7 @@ fn connection(stream: TcpStream, shared: &Shared) {
         let started = Instant::now();
         let reply = exchange(&mut conn, &head, shared);
         let keep = !reply.close && head.keep_alive() && !shared.stopping.load(Ordering::SeqCst);
-        let written = conn.write_all(&reply.encode(head.method == "HEAD", keep, crate::now()));
+        let written = conn.write_all(&reply.encode(head.method == "HEAD", keep, crate::ctx::now()));
         let ms = started.elapsed().as_millis() as u64;
         if reply.status >= 500 {
             tracing::warn!(method = %head.method, path = %head.target, status = reply.status, ms, "request");

@@ -6,14 +6,13 @@ use anyhow::Result;
 use serde::Serialize;
 use tracing::warn;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::db::{self, tasks::TaskRow};
 use crate::domain::frontmatter;
 use crate::domain::ids::TaskRef;
 use crate::domain::stage::{ADR_DIR, ANALYSIS_FILES, Stage};
 use crate::domain::time::rfc3339;
 use crate::error::usage;
-use crate::ops::advance::find_task;
 use crate::ops::gather;
 
 #[derive(Debug, Serialize)]
@@ -132,7 +131,7 @@ pub fn list(ctx: &Ctx, all: bool, repo: Option<&str>, stage: Option<&str>) -> Re
 
 pub fn show(ctx: &Ctx, wi: &str) -> Result<TaskDetail> {
     let r = TaskRef::parse(wi).map_err(usage)?;
-    let t = find_task(ctx, &r)?;
+    let t = ctx.task(&r)?;
     let c = ctx.db.conn();
     let jobs = db::jobs::of_task(c, t.id)?
         .into_iter()
@@ -154,8 +153,8 @@ pub fn show(ctx: &Ctx, wi: &str) -> Result<TaskDetail> {
         .map(|h| TransitionOut {
             from: h.from.to_string(),
             to: h.to.to_string(),
-            actor: h.actor,
-            outcome: h.outcome,
+            actor: h.actor.to_string(),
+            outcome: h.outcome.to_string(),
             reason: h.reason,
             at: rfc3339(h.at),
             overridden_verdict: h.overridden_verdict,

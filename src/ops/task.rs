@@ -3,33 +3,38 @@
 //! changes nothing when it is bad; each state change is one write transaction with its history
 //! row.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tracing::{info, warn};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::db::{self, tasks::NewTask};
 use crate::domain::claim::dependency_cycle;
+use crate::domain::history::{Actor, Outcome};
 use crate::domain::ids::{self, JobId, TaskRef, WorkItem, printable};
 use crate::domain::liveness::{Liveness, ProcIdentity};
 use crate::domain::stage::{Role, Stage, Track};
 use crate::error::{Code, exit, usage};
 use crate::ext::{git, sys};
-use crate::ops::advance::{
-    self, Actor, Outcome, enqueue, find_task, record, record_here, role_on_entry, write,
-};
+use crate::ops::advance;
+use crate::ops::apply::{enqueue, record, record_here, role_on_entry};
 
 pub struct AddRequest<'a> {
     pub repo: &'a str,
     pub title: &'a str,
     pub work_item: Option<&'a str>,
-    pub description_file: Option<&'a Path>,
+    /// The task's description (Markdown), at most 1 MiB; empty when there is none.
+    pub description: &'a str,
     pub bug: bool,
     pub labels: &'a [String],
     pub depends_on: &'a [String],
+    /// Who starts it: an operator (`task add`) or the tracker (`webhook`).
+    pub actor: Actor,
 }
+
+/// The largest description a task may carry.
+pub const MAX_DESCRIPTION: usize = 1 << 20;
 
 pub struct Added {
     pub work_item: String,
@@ -83,22 +88,14 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
             labels.push(l.clone());
         }
     }
-    let description = match req.description_file {
-        None => String::new(),
-        Some(p) => {
-            let bytes = std::fs::read(p)
-                .map_err(|e| usage(format!("cannot read `{}`: {e}", p.display())))?;
-            if bytes.len() > 1 << 20 {
-                return Err(usage(format!("`{}` is larger than 1 MiB", p.display())));
-            }
-            String::from_utf8(bytes)
-                .map_err(|_| usage(format!("`{}` is not UTF-8 text", p.display())))?
-        }
-    };
+    let description = req.description;
+    if description.len() > MAX_DESCRIPTION {
+        return Err(usage("the description is larger than 1 MiB"));
+    }
     let mut deps = Vec::new();
     for d in req.depends_on {
         let r = TaskRef::parse(d).map_err(usage)?;
-        deps.push(find_task(ctx, &r)?);
+        deps.push(ctx.task(&r)?);
     }
     let branch = ids::branch_name(&wi, title);
     if !crate::domain::names::valid_branch_name(&branch) {
@@ -113,7 +110,7 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
         Track::Feature
     };
 
-    write(ctx, |ctx, tx| {
+    ctx.write(|ctx, tx| {
         if db::tasks::work_item_taken(tx, wi.as_str())? {
             let existing = db::tasks::find(tx, &TaskRef::WorkItem(wi.clone()))?;
             let stage = existing.map(|t| t.stage.to_string()).unwrap_or_default();
@@ -127,7 +124,7 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
                 work_item: wi.as_str(),
                 repo: &repo.name,
                 title,
-                description: &description,
+                description,
                 track,
                 branch: &branch,
                 labels: &labels,
@@ -165,8 +162,8 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
             &task,
             Stage::Created,
             Stage::Analysis,
-            Actor::Operator,
-            "advanced",
+            req.actor,
+            Outcome::Advanced,
             "pipeline started",
         )?;
         let job = enqueue(ctx, tx, &task, Role::Analyst, Stage::Analysis, None)?;
@@ -193,16 +190,23 @@ fn parse_ref(s: &str) -> Result<TaskRef> {
 /// `orch approve`: record the approval, then advance if the analysis files exist.
 pub fn approve(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
     let r = parse_ref(wi)?;
-    let task = find_task(ctx, &r)?;
+    let task = ctx.task(&r)?;
     if task.stage != Stage::Analysis {
         return Err(usage(format!(
             "cannot approve `{}`: it is in `{}`, not `analysis`",
             task.work_item, task.stage
         )));
     }
-    write(ctx, |ctx, tx| {
+    ctx.write(|ctx, tx| {
         db::tasks::set_approved(tx, task.id, ctx.now)?;
-        record_here(ctx, tx, &task, actor, "approved", "analysis approved")
+        record_here(
+            ctx,
+            tx,
+            &task,
+            actor,
+            Outcome::Approved,
+            "analysis approved",
+        )
     })?;
     let rep = advance::advance(
         ctx,
@@ -240,14 +244,14 @@ pub fn approve(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
 
 /// `orch confirm-deploy`: the only trigger of a production deploy when `require_confirm`.
 pub fn confirm_deploy(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
-    let task = find_task(ctx, &parse_ref(wi)?)?;
+    let task = ctx.task(&parse_ref(wi)?)?;
     if task.stage != Stage::Deploy {
         return Err(usage(format!(
             "cannot confirm the deploy of `{}`: it is in `{}`, not `deploy`",
             task.work_item, task.stage
         )));
     }
-    let repo = advance::repo_of(ctx, &task)?;
+    let repo = ctx.repo_of(&task)?;
     let mut confirmed = task.clone();
     confirmed.deploy_confirmed_at = Some(ctx.now);
     let role = role_on_entry(Stage::Deploy, repo, &confirmed);
@@ -261,9 +265,9 @@ pub fn confirm_deploy(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
                         | crate::domain::stage::JobStatus::Running
                 )
         });
-    let job = write(ctx, |ctx, tx| {
+    let job = ctx.write(|ctx, tx| {
         db::tasks::set_deploy_confirmed(tx, task.id, ctx.now)?;
-        record_here(ctx, tx, &task, actor, "approved", "deploy confirmed")?;
+        record_here(ctx, tx, &task, actor, Outcome::Approved, "deploy confirmed")?;
         match (role, live) {
             (Some(r), false) => Ok(Some(enqueue(ctx, tx, &task, r, Stage::Deploy, None)?)),
             _ => Ok(None),
@@ -302,7 +306,7 @@ pub fn confirm_deploy(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
 
 /// `orch cancel` (STOP), SPEC §3.6.
 pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result<Gesture> {
-    let task = find_task(ctx, &parse_ref(wi)?)?;
+    let task = ctx.task(&parse_ref(wi)?)?;
     if task.stage.is_terminal() {
         return Err(usage(format!(
             "cannot cancel `{}`: it is already `{}`",
@@ -315,14 +319,14 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
         && let Some(l) = db::leases::transition_get(ctx.db.conn(), task.id)?
         && sys::is_live(&l.owner) == Liveness::Alive
     {
-        write(ctx, |ctx, tx| {
+        ctx.write(|ctx, tx| {
             db::tasks::set_cancel_requested(tx, task.id, ctx.now)?;
             record_here(
                 ctx,
                 tx,
                 &task,
                 actor,
-                "deferred",
+                Outcome::Deferred,
                 &format!(
                     "cancel requested while {}",
                     crate::ops::lease::describe_owner(&l)
@@ -341,7 +345,7 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
             advance: None,
         });
     }
-    let running = write(ctx, |ctx, tx| {
+    let running = ctx.write(|ctx, tx| {
         let running = db::jobs::cancel_live(tx, task.id, "cancelled", ctx.now)?;
         db::leases::release_all_of_task(tx, task.id)?;
         if !db::tasks::cancel(tx, task.id, &task.work_item, task.stage, ctx.now)? {
@@ -360,7 +364,7 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
             task.stage,
             Stage::Cancelled,
             actor,
-            "cancelled",
+            Outcome::Cancelled,
             why,
         )?;
         crate::ops::notify::on_cancel(ctx, tx, &task)?;
@@ -433,7 +437,7 @@ fn remove_worktree(ctx: &Ctx, repo: &crate::config::RepoCfg, wi: &str) -> Result
 
 /// `orch pause` (or a `--before STAGE` breakpoint).
 pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<Gesture> {
-    let task = find_task(ctx, &parse_ref(wi)?)?;
+    let task = ctx.task(&parse_ref(wi)?)?;
     let reason = reason.trim();
     if reason.is_empty() {
         return Err(usage("`--reason` must not be empty"));
@@ -459,9 +463,9 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
             )));
         }
         let text = format!("breakpoint before `{stage}`: {reason}");
-        write(ctx, |ctx, tx| {
+        ctx.write(|ctx, tx| {
             db::tasks::set_pause_before(tx, task.id, Some(stage), ctx.now)?;
-            record_here(ctx, tx, &task, Actor::Operator, "paused", &text)
+            record_here(ctx, tx, &task, Actor::Operator, Outcome::Paused, &text)
         })?;
         return Ok(Gesture {
             work_item: task.work_item.clone(),
@@ -483,9 +487,9 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
             advance: None,
         });
     }
-    write(ctx, |ctx, tx| {
+    ctx.write(|ctx, tx| {
         db::tasks::set_paused(tx, task.id, Some((reason, &by)), ctx.now)?;
-        record_here(ctx, tx, &task, Actor::Operator, "paused", reason)
+        record_here(ctx, tx, &task, Actor::Operator, Outcome::Paused, reason)
     })?;
     Ok(Gesture {
         work_item: task.work_item.clone(),
@@ -509,7 +513,7 @@ fn operator_name() -> String {
 
 /// `orch resume`: clears a pause and a hold.
 pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
-    let task = find_task(ctx, &parse_ref(wi)?)?;
+    let task = ctx.task(&parse_ref(wi)?)?;
     if task.stage.is_terminal() {
         return Err(usage(format!(
             "cannot resume `{}`: it is already `{}`",
@@ -532,12 +536,12 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
                 crate::domain::stage::JobStatus::Queued | crate::domain::stage::JobStatus::Running
             )
         });
-        let repo = advance::repo_of(ctx, &task)?;
+        let repo = ctx.repo_of(&task)?;
         role_on_entry(task.stage, repo, &task).filter(|_| !live)
     } else {
         None
     };
-    write(ctx, |ctx, tx| {
+    ctx.write(|ctx, tx| {
         if let Some(role) = requeue {
             enqueue(ctx, tx, &task, role, task.stage, None)?;
         }
@@ -550,7 +554,7 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             tx,
             &task,
             Actor::Operator,
-            "resumed",
+            Outcome::Resumed,
             "resumed by operator",
         )
     })?;
@@ -579,7 +583,7 @@ pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
         return Err(usage("`--reason` must not be empty"));
     }
     let by = operator_name();
-    let done = write(ctx, |ctx, tx| {
+    let done = ctx.write(|ctx, tx| {
         let inserted = db::misc::freeze(tx, &repo.name, reason, &by, ctx.now)?;
         if inserted {
             db::misc::journal(
@@ -601,7 +605,7 @@ pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
 
 pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<String> {
     let repo = known_repo(ctx, repo)?;
-    let done = write(ctx, |ctx, tx| {
+    let done = ctx.write(|ctx, tx| {
         let removed = db::misc::unfreeze(tx, &repo.name)?;
         if removed {
             db::misc::journal(tx, None, "unfrozen", &repo.name, ctx.now)?;

@@ -11,15 +11,17 @@ use anyhow::Result;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::Ctx;
+use crate::config::RepoCfg;
+use crate::ctx::Ctx;
 use crate::db::{self, jobs::JobRow, tasks::TaskRow};
 use crate::domain::gate::{self, GateResult};
+use crate::domain::history::Actor;
 use crate::domain::ids::{TaskRef, WorkItem};
 use crate::domain::liveness::{Liveness, ProcIdentity};
 use crate::domain::stage::{JobStatus, Stage};
 use crate::ext::lock::FileLock;
 use crate::ext::{proc, sys};
-use crate::ops::advance::{self, Actor, Request};
+use crate::ops::advance::{self, Request};
 use crate::ops::{claim, gather, job};
 
 #[derive(Debug, Default, Serialize)]
@@ -217,7 +219,8 @@ fn reap(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Result<()>
             }
             done
         } else {
-            job::retry_or_fail(ctx, &j, j.attempts, &task, &format!("reaped: {why}"))? != "stale"
+            job::retry_or_fail(ctx, &j, j.attempts, &task, &format!("reaped: {why}"))?
+                != job::AttemptOutcome::Stale
         };
         if wrote {
             out.push(line);
@@ -300,7 +303,7 @@ const CI_POLLS_PER_TICK: usize = 20;
 fn poll_ci(ctx: &Ctx, plan: bool, out: &mut Vec<String>) -> Result<()> {
     use crate::config::CiMode;
     use crate::ext::http::CallError;
-    let Some(forge) = crate::ops::notify::gitea_cfg(ctx) else {
+    let Some(forge) = ctx.config.gitea() else {
         return Ok(());
     };
     let Some(base) = forge.base_url.as_deref() else {
@@ -339,11 +342,7 @@ fn poll_ci(ctx: &Ctx, plan: bool, out: &mut Vec<String>) -> Result<()> {
         if db::outbox::ci_polled_at(c, t.id)?.is_some_and(|at| ctx.now - at < CI_POLL_EVERY_S) {
             continue;
         }
-        let Some(fr) = ctx
-            .config
-            .repo(&t.repo)
-            .and_then(crate::ops::notify::forge_repo)
-        else {
+        let Some(fr) = ctx.config.repo(&t.repo).and_then(RepoCfg::forge) else {
             continue;
         };
         polls += 1;

@@ -5,13 +5,12 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::domain::gate::{self, GateResult};
 use crate::domain::ids::TaskRef;
 use crate::domain::stage::{JobStatus, Stage};
 use crate::domain::time::{human_duration, rfc3339};
 use crate::error::usage;
-use crate::ops::advance::{find_task, repo_of};
 use crate::ops::gather;
 use crate::ops::queue::World;
 
@@ -28,7 +27,7 @@ pub struct Why {
 
 pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
     let r = TaskRef::parse(wi).map_err(usage)?;
-    let task = find_task(ctx, &r)?;
+    let task = ctx.task(&r)?;
     let age = human_duration(ctx.now - task.stage_entered_at);
     let mut parts = vec![format!(
         "{} ({}, repo {}) is in `{}` since {} ({age}); developer retries {}/{}.",
@@ -154,9 +153,9 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
         && task.blocked_at.is_none()
         && task.held_at.is_none()
     {
-        let repo = repo_of(ctx, &task)?;
+        let repo = ctx.repo_of(&task)?;
         if task.stage == Stage::Deploy
-            && crate::ops::advance::role_on_entry(Stage::Deploy, repo, &task).is_none()
+            && crate::ops::apply::role_on_entry(Stage::Deploy, repo, &task).is_none()
             && repo.deploy_mode() != crate::config::DeployMode::None
         {
             set("confirm");

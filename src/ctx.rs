@@ -1,0 +1,104 @@
+//! The explicit context every command and use-case receives: the validated config, one SQLite
+//! connection, the output mode and the clock read once. Also the two lookups nearly every
+//! use-case starts with (a task by reference, the config of its repo), so their error messages
+//! are written once.
+//!
+//! Deliberately not here: anything global. There is no config or connection singleton; a
+//! long-lived process (the supervisor, a runner) builds a fresh `Ctx` with `reopen` when it
+//! needs a new clock and connection for its final advance.
+
+use anyhow::{Context, Result};
+
+use crate::cli;
+use crate::config::{self, Config, RepoCfg};
+use crate::db::{self, Db, tasks::TaskRow};
+use crate::domain::ids::TaskRef;
+use crate::domain::time::Ts;
+use crate::error::usage;
+
+/// Everything a command needs, built once and passed as `&Ctx`.
+pub struct Ctx {
+    pub config: Config,
+    pub db: Db,
+    pub json: bool,
+    /// The clock, read once per command (refreshed by `tick_clock`).
+    pub now: Ts,
+}
+
+impl Ctx {
+    /// Build from the global flags: load the config, create the state dirs, open the database.
+    pub fn open(global: &cli::Global) -> Result<Ctx> {
+        let config = match config::locate(global.config.as_deref()) {
+            Some(path) => config::load(&path, global.state_dir.clone())?,
+            None => Config::empty(global.state_dir.clone())?,
+        };
+        Self::with_config(config, global.json)
+    }
+
+    pub fn with_config(config: Config, json: bool) -> Result<Ctx> {
+        for dir in [&config.state_dir, &config.repos_dir] {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating directory `{}`", dir.display()))?;
+        }
+        let db = Db::open(&config.db_path())?;
+        Ok(Ctx {
+            config,
+            db,
+            json,
+            now: now(),
+        })
+    }
+
+    /// A context with the same config and output mode, its own new database connection and a
+    /// fresh clock: for the last step of a long process (a supervisor's advance after an agent
+    /// ran for an hour), and for callbacks that run while the caller's connection is borrowed.
+    pub fn reopen(&self) -> Result<Ctx> {
+        Ok(Ctx {
+            config: self.config.clone(),
+            db: Db::open(&self.config.db_path())?,
+            json: self.json,
+            now: now(),
+        })
+    }
+
+    /// Refresh the clock (long commands).
+    pub fn tick_clock(&mut self) {
+        self.now = now();
+    }
+
+    /// Find a task or fail with exit 2 and the fix.
+    pub fn task(&self, r: &TaskRef) -> Result<TaskRow> {
+        db::tasks::find(self.db.conn(), r)?.ok_or_else(|| {
+            let shown = match r {
+                TaskRef::WorkItem(w) => w.to_string(),
+                TaskRef::Tombstone(t) => t.clone(),
+            };
+            usage(format!(
+                "work item `{shown}` not found; `orch task list --all` shows known tasks"
+            ))
+        })
+    }
+
+    /// The config of the repo a task belongs to, or exit 2 when the repo left the config.
+    pub fn repo_of(&self, task: &TaskRow) -> Result<&RepoCfg> {
+        self.config.repo(&task.repo).ok_or_else(|| {
+            usage(format!(
+                "task `{}` belongs to repo `{}`, which is not in the config",
+                task.work_item, task.repo
+            ))
+        })
+    }
+
+    /// A write transaction that lends the context immutably alongside it.
+    pub fn write<T>(&self, f: impl FnOnce(&Ctx, &rusqlite::Connection) -> Result<T>) -> Result<T> {
+        self.db.write(|tx| f(self, tx))
+    }
+}
+
+/// The wall clock in seconds since the epoch (0 if the clock is before 1970).
+pub fn now() -> Ts {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

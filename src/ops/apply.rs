@@ -1,0 +1,166 @@
+//! The write half every use-case shares: a history row (with its tracker mirror queued in the
+//! same transaction), the job a stage starts with, and which role that is. Callers pass their
+//! own write transaction, so a state change, its history row and its outbox rows commit or roll
+//! back together.
+//!
+//! Deliberately not here: deciding anything about gates (that is `domain::gate`, applied by
+//! `ops::advance`), and any I/O but the database.
+
+use anyhow::Result;
+use rusqlite::Connection;
+
+use crate::config::RepoCfg;
+use crate::ctx::Ctx;
+use crate::db::{self, jobs::NewJob, tasks::TaskRow, transitions::NewTransition};
+use crate::domain::gate;
+use crate::domain::history::{Actor, Outcome};
+use crate::domain::ids::JobId;
+use crate::domain::prompt::{self, Rollback, TaskText};
+use crate::domain::stage::{Role, Stage};
+use crate::ops::notify;
+
+/// The role whose job is enqueued when `task` enters `stage`, if any. `deploy` with
+/// `require_confirm` waits for `orch confirm-deploy` (or the `auto-deploy` label) first.
+pub fn role_on_entry(stage: Stage, repo: &RepoCfg, task: &TaskRow) -> Option<Role> {
+    let role = stage.spec().role?;
+    if gate::not_applicable(stage, repo.contracts()).is_some() {
+        return None;
+    }
+    match stage {
+        Stage::Deploy => {
+            let confirmed = !repo.require_confirm()
+                || task.has_label("auto-deploy")
+                || task.deploy_confirmed_at.is_some();
+            confirmed.then_some(role)
+        }
+        Stage::Created
+        | Stage::Analysis
+        | Stage::Architecture
+        | Stage::Development
+        | Stage::Review
+        | Stage::Testing
+        | Stage::DeployStaging
+        | Stage::Done
+        | Stage::Cancelled => Some(role),
+    }
+}
+
+fn task_text(task: &TaskRow) -> TaskText<'_> {
+    TaskText {
+        work_item: &task.base_work_item,
+        title: &task.title,
+        description: &task.description,
+        repo: &task.repo,
+        branch: &task.branch,
+    }
+}
+
+/// Enqueue the job of `role` for `task` at `stage`, its prompt built from the task (and the
+/// rollback feedback, when there is one).
+pub fn enqueue(
+    ctx: &Ctx,
+    tx: &Connection,
+    task: &TaskRow,
+    role: Role,
+    stage: Stage,
+    rollback: Option<&Rollback<'_>>,
+) -> Result<JobId> {
+    let text = prompt::job_prompt(&task_text(task), role, stage, rollback);
+    db::jobs::insert(
+        tx,
+        &NewJob {
+            task_id: task.id,
+            role,
+            stage,
+            repo: &task.repo,
+            available_at: ctx.now,
+            max_attempts: ctx.config.agent.max_attempts,
+            prompt: &text,
+        },
+        ctx.now,
+    )
+}
+
+/// Append one history row and queue its tracker mirror (SPEC §3.3, §9).
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    ctx: &Ctx,
+    tx: &Connection,
+    task: &TaskRow,
+    from: Stage,
+    to: Stage,
+    actor: Actor,
+    outcome: Outcome,
+    reason: &str,
+) -> Result<()> {
+    record_full(ctx, tx, task, from, to, actor, outcome, reason, None)
+}
+
+/// What an operator override overrode, for the audit trail (`orch report overrides`).
+pub struct Audit<'a> {
+    pub verdict: &'a str,
+    pub artifact_sha256: Option<&'a str>,
+}
+
+/// `record` with the audit facts of an override.
+#[allow(clippy::too_many_arguments)]
+pub fn record_full(
+    ctx: &Ctx,
+    tx: &Connection,
+    task: &TaskRow,
+    from: Stage,
+    to: Stage,
+    actor: Actor,
+    outcome: Outcome,
+    reason: &str,
+    audit: Option<&Audit<'_>>,
+) -> Result<()> {
+    db::transitions::insert(
+        tx,
+        &NewTransition {
+            task_id: task.id,
+            from,
+            to,
+            actor,
+            outcome,
+            reason,
+            overridden_verdict: audit.map(|a| a.verdict),
+            artifact_sha256: audit.and_then(|a| a.artifact_sha256),
+        },
+        ctx.now,
+    )?;
+    let hop = notify::Hop {
+        id: tx.last_insert_rowid(),
+        from,
+        to,
+        actor,
+        outcome,
+        reason,
+    };
+    notify::on_transition(ctx, tx, task, &hop)
+}
+
+/// Append one history row that does not move the task (`from = to = ` its stage).
+pub fn record_here(
+    ctx: &Ctx,
+    tx: &Connection,
+    task: &TaskRow,
+    actor: Actor,
+    outcome: Outcome,
+    reason: &str,
+) -> Result<()> {
+    record(
+        ctx, tx, task, task.stage, task.stage, actor, outcome, reason,
+    )
+}
+
+/// `record_here` in a transaction of its own.
+pub fn record_alone(
+    ctx: &Ctx,
+    task: &TaskRow,
+    actor: Actor,
+    outcome: Outcome,
+    reason: &str,
+) -> Result<()> {
+    ctx.write(|ctx, tx| record_here(ctx, tx, task, actor, outcome, reason))
+}

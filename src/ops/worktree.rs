@@ -1,0 +1,128 @@
+//! What the supervisor and the runners both do around a task's worktree: make sure it exists,
+//! build the scrubbed environment of a child that works in it, commit and push as an identity,
+//! and finally advance the task as the role that did the work.
+//!
+//! Deliberately not here: launching anything (agents are `ops::job`'s, suites are
+//! `ops::runner`'s) and deciding what the work means (that is the gate's, through
+//! `ops::advance`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::config::RepoCfg;
+use crate::ctx::Ctx;
+use crate::db::tasks::TaskRow;
+use crate::domain::history::Actor;
+use crate::domain::ids::{TaskRef, WorkItem};
+use crate::domain::stage::{Role, Stage};
+use crate::error::usage;
+use crate::ext::env;
+use crate::ext::git::Git;
+use crate::ops::advance::{self, Request};
+
+/// A git author orch commits as; no global git identity is needed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub email: String,
+}
+
+impl Identity {
+    /// The identity of an agent role: `orch-<role> <role@orch.invalid>`.
+    pub fn of_role(role: Role) -> Identity {
+        Identity {
+            name: format!("orch-{role}"),
+            email: format!("{role}@orch.invalid"),
+        }
+    }
+
+    /// The identity of a deterministic runner: `<name> <name@orch.invalid>`.
+    pub fn of_runner(name: &str) -> Identity {
+        Identity {
+            name: name.to_string(),
+            email: format!("{name}@orch.invalid"),
+        }
+    }
+}
+
+/// Make sure the task worktree exists: created on the task's first job from fresh
+/// `origin/<main>`, or checked out as it is when the remote already has the branch (SPEC §4.4).
+pub fn ensure(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
+    let git = Git::new(&ctx.config.repos_dir);
+    let lock = git.lock(&repo.name)?;
+    let r = repo.git_ref();
+    git.ensure_clone(&lock, &r)
+        .with_context(|| format!("cloning repo `{}`", repo.name))?;
+    git.fetch(&lock, &r)
+        .with_context(|| format!("fetching repo `{}`", repo.name))?;
+    git.worktree_add(&lock, &r, &task.base_work_item, &task.branch)
+        .with_context(|| format!("preparing the worktree of `{}`", task.work_item))
+}
+
+/// The environment of a child working in the task's worktree (an agent, a suite, a CI
+/// command): this process's environment scrubbed of secrets (SPEC §9), plus `ORCH_SANDBOX=1`,
+/// `ORCH_WORK_ITEM` and the caller's `extra` variables.
+pub fn child_env(ctx: &Ctx, task: &TaskRow, extra: &[(&str, String)]) -> Vec<(OsString, OsString)> {
+    let mut set = vec![
+        ("ORCH_SANDBOX", "1".to_string()),
+        ("ORCH_WORK_ITEM", task.base_work_item.clone()),
+    ];
+    set.extend(extra.iter().cloned());
+    env::child_env(
+        std::env::vars_os(),
+        &ctx.config.secret_env_names(),
+        &ctx.config.agent.env_deny,
+        &set,
+    )
+}
+
+/// Commit as `who` what changed in `worktree`: everything, or only `paths` (a runner commits
+/// its report and nothing the suite left behind). `None` when there was nothing to commit.
+pub fn commit(
+    ctx: &Ctx,
+    worktree: &Path,
+    paths: Option<&[&str]>,
+    message: &str,
+    who: &Identity,
+) -> Result<Option<String>> {
+    let git = Git::new(&ctx.config.repos_dir);
+    match paths {
+        None => git.commit_all(worktree, message, &who.name, &who.email),
+        Some(p) => git.commit_paths(worktree, p, message, &who.name, &who.email),
+    }
+}
+
+/// Push the task branch from its worktree (never a main branch: `ext::git` refuses).
+pub fn push(ctx: &Ctx, repo: &RepoCfg, task: &TaskRow, worktree: &Path) -> Result<()> {
+    Git::new(&ctx.config.repos_dir)
+        .push_branch(&repo.git_ref(), worktree, &task.branch)
+        .with_context(|| format!("pushing `{}`", task.branch))
+}
+
+/// Advance the task as the role that just worked `stage`, with a fresh clock and connection
+/// (the work may have taken an hour): a task that moved on meanwhile is a `stage-cas-lost`
+/// no-op, never a second transition.
+pub fn advance_as(
+    ctx: &Ctx,
+    task: &TaskRow,
+    stage: Stage,
+    role: Role,
+    actor: Actor,
+    note: Option<String>,
+) -> Result<advance::Report> {
+    let wi = WorkItem::parse(&task.base_work_item).map_err(usage)?;
+    advance::advance(
+        &ctx.reopen()?,
+        &Request {
+            task: TaskRef::WorkItem(wi),
+            expect_stage: Some(stage),
+            as_role: Some(role),
+            to: None,
+            dry_run: false,
+            actor,
+            note,
+        },
+    )
+}
