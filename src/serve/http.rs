@@ -2,7 +2,7 @@
 //! (`Content-Length` or chunked) read under a deadline and a size limit, and responses encoded
 //! in one write. A connection is any [`Wire`], so the parsing is tested on scripted streams.
 //!
-//! It knows nothing of routes, workers or the database (that is `ops::serve`), and offers only
+//! It knows nothing of routes, workers or the database (that is `serve`), and offers only
 //! what a webhook receiver needs: no multipart, no compression, no trailers kept, no upgrades.
 //!
 //! It is written here rather than taken from tiny_http (0.12) because of three behaviours
