@@ -14,6 +14,7 @@ pub mod error;
 pub mod ext;
 pub mod ops;
 pub mod output;
+pub mod serve;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use crate::ctx::Ctx;
 use crate::error::Code;
-use crate::ops::serve;
+use crate::serve;
 
 pub fn run(ctx: &mut Ctx, listen: &str) -> Result<Code> {
     serve::run(&ctx.config, listen, |addr| {

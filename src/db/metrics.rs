@@ -1,7 +1,7 @@
 //! Read-only aggregates behind `GET /metrics` of `orch serve`: tasks per stage with the oldest
 //! stage entry, live job counts, running jobs with their processes, and agent cost totals.
 //!
-//! It only counts; turning counts into ages and the JSON document is `ops::serve`'s job. The
+//! It only counts; turning counts into ages and the JSON document is `serve::metrics`'s job. The
 //! stage and live-job queries read the partial indexes, so they follow the number of *active*
 //! tasks and jobs; the cost totals are sums over `agent_runs`, one row per agent run.
 

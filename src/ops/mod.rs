@@ -14,7 +14,6 @@ pub mod notify;
 pub mod outbox;
 pub mod queue;
 pub mod runner;
-pub mod serve;
 pub mod show;
 pub mod task;
 pub mod tick;

@@ -1,0 +1,130 @@
+//! The worker pool of `orch serve`: complete requests go through a bounded queue to a fixed
+//! number of threads, each with its own `Ctx` (a SQLite connection is not `Sync`). A full queue
+//! is a 503 at once; a panic while handling one request answers 500 and rebuilds that worker's
+//! context, so it never reaches another request.
+//!
+//! It does not read from the network (the connection threads of `connection` do, and wait here
+//! only for the answer) and does not decide what a route answers (that is `routes`).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+
+use anyhow::Result;
+
+use crate::ctx::Ctx;
+use crate::config::Config;
+
+use super::Shared;
+use super::http::{Reply, internal_error};
+use super::routes::{self, Route};
+
+/// What the queue carries.
+pub(super) enum Msg {
+    Job(Job),
+    Stop,
+}
+
+/// A complete request for a worker, and where its answer goes.
+pub(super) struct Job {
+    route: Route,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    reply: SyncSender<Reply>,
+}
+
+/// Hand a complete request to the worker pool and wait for its answer.
+pub(super) fn dispatch(
+    shared: &Shared,
+    route: Route,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> Reply {
+    let (reply, answer) = mpsc::sync_channel(1);
+    let job = Job {
+        route,
+        headers,
+        body,
+        reply,
+    };
+    match shared.jobs.try_send(Msg::Job(job)) {
+        Ok(()) => answer
+            .recv()
+            .unwrap_or_else(|_| Reply::busy("orch serve is stopping; retry shortly")),
+        Err(TrySendError::Full(_)) => Reply::busy("all workers are busy; retry shortly"),
+        Err(TrySendError::Disconnected(_)) => Reply::busy("orch serve is stopping; retry shortly"),
+    }
+}
+
+/// One thread of the pool and the context it owns.
+pub(super) struct Worker {
+    config: Config,
+    /// `None` after a failed rebuild; the next request tries again.
+    ctx: Option<Ctx>,
+}
+
+impl Worker {
+    /// A worker over a context opened in advance (so a database problem fails the start).
+    pub(super) fn new(config: Config, ctx: Ctx) -> Worker {
+        Worker {
+            config,
+            ctx: Some(ctx),
+        }
+    }
+
+    /// Take requests from `queue` until told to stop or the queue is gone.
+    pub(super) fn work(&mut self, queue: &Mutex<Receiver<Msg>>) {
+        loop {
+            let msg = match queue.lock() {
+                Ok(q) => q.recv(),
+                Err(_) => return,
+            };
+            let job = match msg {
+                Ok(Msg::Job(job)) => job,
+                Ok(Msg::Stop) | Err(_) => return,
+            };
+            let reply = match catch_unwind(AssertUnwindSafe(|| self.handle(&job))) {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::error!(route = ?job.route, "a request handler panicked; rebuilding this worker's database connection");
+                    self.ctx = None;
+                    internal_error()
+                }
+            };
+            // The connection may be gone; its answer then goes nowhere.
+            let _ = job.reply.send(reply);
+        }
+    }
+
+    fn handle(&mut self, job: &Job) -> Reply {
+        match job.route {
+            Route::Health => routes::health(),
+            route => self.with_ctx(|ctx| routes::answer(ctx, route, &job.headers, &job.body)),
+        }
+    }
+
+    /// Run `f` with this worker's context, its clock set to now; build the context again when
+    /// an earlier failure dropped it.
+    fn with_ctx(&mut self, f: impl FnOnce(&Ctx) -> Result<Reply>) -> Reply {
+        if self.ctx.is_none() {
+            match Ctx::with_config(self.config.clone(), false) {
+                Ok(c) => self.ctx = Some(c),
+                Err(e) => {
+                    tracing::error!("cannot open the database: {e:#}");
+                    return Reply::busy("database unavailable; see the orch serve log");
+                }
+            }
+        }
+        let Some(ctx) = self.ctx.as_mut() else {
+            return Reply::busy("database unavailable; see the orch serve log");
+        };
+        ctx.tick_clock();
+        match f(ctx) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("request failed: {e:#}");
+                internal_error()
+            }
+        }
+    }
+}
