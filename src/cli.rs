@@ -127,6 +127,11 @@ pub enum Command {
     Job(JobCmd),
     /// Check config, database, git, agent command, repo remotes, services, unit files
     Doctor,
+    /// Audit the invariants of the state (read-only); exit 5 when any is broken
+    Fsck,
+    /// Tools for testing orch itself
+    #[command(subcommand)]
+    Debug(DebugCmd),
     /// Pending and failed outbound effects (tracker, forge, chat)
     Outbox {
         /// Only the failed ones
@@ -265,4 +270,10 @@ pub enum LeaseCmd {
 pub enum ReportCmd {
     /// Every operator override with the verdict it overrode
     Overrides,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DebugCmd {
+    /// List every failpoint name (armed with ORCH_FAILPOINT=<name>[,<name>…])
+    Failpoints,
 }

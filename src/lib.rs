@@ -125,6 +125,8 @@ fn dispatch(cli: Cli) -> Result<Code> {
         ),
         Command::Job(j) => cmd::job::run(&mut ctx, j),
         Command::Doctor => cmd::doctor::run(&mut ctx),
+        Command::Fsck => cmd::fsck::run(&mut ctx),
+        Command::Debug(d) => cmd::debug::run(&ctx, d),
         Command::Outbox { failed } => cmd::outbox::run(&mut ctx, failed),
         Command::Ingest(a) => cmd::ingest::run(&mut ctx, a),
         Command::Events { rejected } => cmd::events::run(&mut ctx, rejected),

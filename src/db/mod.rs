@@ -3,6 +3,7 @@
 //! through `Db::write`, a `BEGIN IMMEDIATE` transaction, so writers queue on SQLite's lock instead
 //! of failing halfway; stage writes are compare-and-swap (`tasks::cas_stage`).
 
+pub mod audit;
 pub mod events;
 pub mod jobs;
 pub mod leases;

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod claim;
 pub mod frontmatter;
+pub mod fsck;
 pub mod gate;
 pub mod history;
 pub mod ids;

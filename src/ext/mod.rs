@@ -2,6 +2,7 @@
 //! clones (`git`), file locks (`lock`) and `/proc` facts and signals (`sys`).
 
 pub mod env;
+pub mod failpoint;
 pub mod git;
 pub mod gitea;
 pub mod http;

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod claim;
 pub mod demo;
 pub mod doctor;
+pub mod fsck;
 pub mod gather;
 pub mod ingest;
 pub mod job;

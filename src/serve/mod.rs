@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::ctx::Ctx;
 use crate::config::Config;
+use crate::ctx::Ctx;
 
 use self::http::Reply;
 use self::workers::{Msg, Worker};

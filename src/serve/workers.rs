@@ -12,8 +12,8 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
 use anyhow::Result;
 
-use crate::ctx::Ctx;
 use crate::config::Config;
+use crate::ctx::Ctx;
 
 use super::Shared;
 use super::http::{Reply, internal_error};

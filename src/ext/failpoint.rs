@@ -1,0 +1,198 @@
+//! Named failpoints for crash tests: `ORCH_FAILPOINT=<name>[,<name>…]` makes any orch process
+//! that reaches one of those points append `<name> <pid>` to the file named by
+//! `ORCH_FAILPOINT_LOG` (when set) and then SIGKILL itself, exactly as a power cut or the OOM
+//! killer would stop it on that line. The kill matrix test arms each name in turn and checks
+//! that the next ticks finish the work without losing or doubling anything.
+//!
+//! Deliberately cheap when unarmed: the environment is read once per process and `hit` is a
+//! slice lookup. Children that are not orch (agents, suites) never see the variables: the
+//! scrubbed child environment removes every `ORCH_*` variable orch does not set itself.
+
+use std::io::Write;
+use std::sync::OnceLock;
+
+/// Every failpoint, with where it sits. `orch debug failpoints` prints the names.
+pub const ALL: &[(&str, &str)] = &[
+    (
+        "tick.after-lock",
+        "tick: the tick lock is taken, before reaping",
+    ),
+    (
+        "tick.after-reap",
+        "tick: reaping is done, before reclaiming leases",
+    ),
+    (
+        "tick.after-reclaim",
+        "tick: leases are reclaimed, before reconciling",
+    ),
+    ("tick.after-reconcile", "tick: reconciled, before claiming"),
+    (
+        "tick.after-claim",
+        "tick: a job is claimed, before its supervisor is spawned",
+    ),
+    (
+        "tick.after-spawn",
+        "tick: the supervisor is spawned, before it is recorded",
+    ),
+    ("tick.before-drain", "tick: before delivering the outbox"),
+    (
+        "job.after-start",
+        "supervisor: recorded itself, before preparing the worktree",
+    ),
+    (
+        "job.agent-running",
+        "supervisor: the agent is running (its group recorded)",
+    ),
+    (
+        "job.agent-exited",
+        "supervisor: the agent exited, before the commit",
+    ),
+    ("job.after-commit", "supervisor: committed, before the push"),
+    (
+        "job.after-push",
+        "supervisor: pushed, before the exit code is recorded",
+    ),
+    (
+        "job.after-exit",
+        "supervisor: exit code recorded, before the job is finished",
+    ),
+    (
+        "job.after-finish",
+        "supervisor: job finished, before the advance",
+    ),
+    (
+        "ci.running",
+        "supervisor: the CI command is running (its group recorded)",
+    ),
+    (
+        "ci.after-exit",
+        "supervisor: the CI command exited, before its status is recorded",
+    ),
+    (
+        "runner.suite-running",
+        "runner: the suite is running (its group recorded)",
+    ),
+    (
+        "runner.after-commit",
+        "runner: the report is committed, before the push",
+    ),
+    (
+        "runner.after-push",
+        "runner: the report is pushed, before the advance",
+    ),
+    (
+        "advance.lease-taken",
+        "advance: the transition lease is taken, before the gate",
+    ),
+    (
+        "advance.before-cas",
+        "advance: the gate decided, before the stage write",
+    ),
+    (
+        "advance.between-hops",
+        "advance: one hop written (uncommitted), before the next",
+    ),
+    (
+        "advance.after-cas",
+        "advance: stage written, before the outbox rows (uncommitted)",
+    ),
+    (
+        "advance.after-commit",
+        "advance: the transaction committed, before the lease release",
+    ),
+    (
+        "reap.after-kill",
+        "reaper: the dead job's groups are killed, before it is re-queued",
+    ),
+    (
+        "outbox.after-claim",
+        "outbox: a row is claimed, before it is sent",
+    ),
+    (
+        "outbox.after-send",
+        "outbox: a row is sent, before it is marked done",
+    ),
+    (
+        "cancel.after-commit",
+        "cancel: the task is tombstoned, before its processes are killed",
+    ),
+    (
+        "cancel.after-kill",
+        "cancel: its processes are killed, before the worktree is removed",
+    ),
+    (
+        "ingest.after-route",
+        "ingest: the delivery acted, before its inbox row is stored",
+    ),
+];
+
+fn armed() -> &'static [String] {
+    static ARMED: OnceLock<Vec<String>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        std::env::var("ORCH_FAILPOINT")
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
+/// Whether `name` is armed in this process.
+pub fn is_armed(name: &str) -> bool {
+    armed().iter().any(|a| a == name)
+}
+
+/// Reach the failpoint `name`: when it is armed, note it and die by SIGKILL (no destructor,
+/// no flush, no lease release runs). A name missing from `ALL` is a programming error.
+pub fn hit(name: &'static str) {
+    debug_assert!(
+        ALL.iter().any(|(n, _)| *n == name),
+        "failpoint `{name}` is not in failpoint::ALL"
+    );
+    if !is_armed(name) {
+        return;
+    }
+    if let Some(path) = std::env::var_os("ORCH_FAILPOINT_LOG") {
+        let line = format!("{name} {}\n", std::process::id());
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(line.as_bytes());
+            let _ = f.sync_all();
+        }
+    }
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    // SIGKILL cannot be caught; this is never reached.
+    std::process::abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for (n, what) in ALL {
+            assert!(seen.insert(*n), "{n} twice");
+            assert!(
+                n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b'.' || b == b'-'),
+                "{n}"
+            );
+            assert!(!what.is_empty());
+        }
+        assert!(ALL.len() >= 25);
+    }
+
+    #[test]
+    fn an_unarmed_failpoint_does_nothing() {
+        // The test process has no ORCH_FAILPOINT, so this returns.
+        hit("tick.after-lock");
+    }
+}
