@@ -254,22 +254,72 @@ fn section(body: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
     out.map(|v| v.join("\n").trim_matches('\n').to_string())
 }
 
-/// List items (with their indented continuation lines) that carry one of the priority tokens.
+/// The entries of a findings section that carry one of the priority tokens, with their
+/// indented continuation lines. Two formats: items tagged one by one (`- P0: …`,
+/// `- [P1] …`), and plain items under a priority subsection (`### P0 — Blocker` then
+/// `- [ ] …`), whose heading is kept above them. An item tagged with a wanted priority is kept
+/// under any heading.
 fn priority_items(section: &str, prios: &[&str]) -> String {
     let mut out: Vec<&str> = Vec::new();
+    // Under a `###` heading that names a priority: whether it is a wanted one.
+    let mut under: Option<bool> = None;
     let mut keep = false;
     for line in section.lines() {
         let trimmed = line.trim_start();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if trimmed.starts_with('#') {
+            under = if has_token(trimmed, prios) {
+                Some(true)
+            } else if names_a_priority(trimmed) {
+                Some(false)
+            } else {
+                None
+            };
+            if under == Some(true) {
+                out.push(line);
+            }
+            keep = false;
+            continue;
+        }
         let indented = line.starts_with(' ') || line.starts_with('\t');
         // A new top-level item or paragraph starts a new entry; indented lines continue it.
-        if !indented && !trimmed.is_empty() {
-            keep = has_token(line, prios);
+        if !indented {
+            keep = !is_none_item(trimmed)
+                && (has_token(line, prios) || (under == Some(true) && !names_a_priority(line)));
         }
         if keep {
             out.push(line);
         }
     }
+    // Wanted headings whose items were all "none" leave nothing worth sending.
+    if out.iter().all(|l| l.trim_start().starts_with('#')) {
+        return String::new();
+    }
     out.join("\n")
+}
+
+/// An item that says there is nothing (`- _(нет)_`, `- Нет.`, `- none`, `- n/a`).
+fn is_none_item(line: &str) -> bool {
+    let word: String = line
+        .trim_start_matches(['-', '*', '+', ' '])
+        .trim_start_matches("[ ]")
+        .chars()
+        .filter(|c| !matches!(c, '_' | '(' | ')' | '.' | '*' | ' ' | '—' | '-'))
+        .flat_map(char::to_lowercase)
+        .collect();
+    matches!(word.as_str(), "" | "нет" | "none" | "na" | "n/a")
+}
+
+/// Whether a line carries any priority token `P0`…`P9`.
+fn names_a_priority(line: &str) -> bool {
+    line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|t| {
+            t.len() == 2
+                && t.as_bytes()[0].eq_ignore_ascii_case(&b'p')
+                && t.as_bytes()[1].is_ascii_digit()
+        })
 }
 
 fn has_token(line: &str, tokens: &[&str]) -> bool {
@@ -471,6 +521,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The reviewer format of the original system puts plain `- [ ]` items under `### P0 —
+    /// Blocker` / `### P1 — Must fix` headings: every item used to be dropped, leaving the
+    /// developer two bare headings.
+    #[test]
+    fn review_findings_under_priority_subsections_reach_the_prompt() {
+        let text = "---\nverdict: REQUEST_CHANGES\n---\n# Review SHOP-7 — x\n## Summary\nmeh\n\
+            ## Findings\n\n### P0 — Blocker\n- [ ] **Null deref in `parse`.** It panics on\n  empty input.\n\
+            - [ ] Lock is never released\n\n### P1 — Must fix\n- [ ] Missing test for retries\n\n\
+            ### P2 — Should fix\n- [ ] Naming\n\n### P3 — Nice to have\n- _(нет)_\n\
+            ## Verdict rationale\nP0 above\n";
+        let fb = feedback_of(Stage::Review, text.as_bytes());
+        assert_eq!(
+            fb,
+            "### P0 — Blocker\n- [ ] **Null deref in `parse`.** It panics on\n  empty input.\n\
+             - [ ] Lock is never released\n### P1 — Must fix\n- [ ] Missing test for retries"
+        );
+        // Tagged items work too, and a tagged item under a P2 heading is still kept.
+        let tagged = "---\nverdict: REQUEST_CHANGES\n---\n## Findings\n- [P1] retries untested\n\
+            - [P3] typo\n### P2 — Should fix\n- [ ] naming\n- [P0] data loss\n";
+        assert_eq!(
+            feedback_of(Stage::Review, tagged.as_bytes()),
+            "- [P1] retries untested\n- [P0] data loss"
+        );
+        // Empty P0/P1 subsections fall back to the whole findings section.
+        let only_p2 = "---\nverdict: REQUEST_CHANGES\n---\n## Findings\n### P0 — Blocker\n- _(нет)_\n\
+            ### P1 — Must fix\n- Нет.\n### P2 — Should fix\n- [ ] naming\n";
+        assert!(feedback_of(Stage::Review, only_p2.as_bytes()).contains("- [ ] naming"));
     }
 
     #[test]
