@@ -535,9 +535,29 @@ fn validate(cfg: &Config) -> Result<()> {
             "must name a program to run".into(),
         ));
     }
-    for (role, _) in cfg.agent.roles.iter() {
+    // A zero would kill every run at once (or never try it).
+    let at_least_one = |key: String, v: u64| {
+        if v == 0 {
+            Err(bad(key, "must be at least 1".into()))
+        } else {
+            Ok(())
+        }
+    };
+    at_least_one(
+        "agent.inactivity_timeout_s".into(),
+        cfg.agent.inactivity_timeout_s,
+    )?;
+    at_least_one("agent.max_attempts".into(), cfg.agent.max_attempts.into())?;
+    at_least_one(
+        "scheduler.reaper_max_running_s".into(),
+        cfg.scheduler.reaper_max_running_s,
+    )?;
+    for (role, rc) in cfg.agent.roles.iter() {
         role.parse::<crate::domain::stage::Role>()
             .map_err(|e| bad(format!("agent.roles.{role}"), e.to_string()))?;
+        if let Some(t) = rc.timeout_s {
+            at_least_one(format!("agent.roles.{role}.timeout_s"), t)?;
+        }
     }
     let mut names = HashSet::new();
     let mut prefixes = HashSet::new();
@@ -615,9 +635,18 @@ fn validate(cfg: &Config) -> Result<()> {
                 "is required when deploy.mode is `hook`".into(),
             ));
         }
-        for role in r.agent.keys() {
+        for (role, rc) in &r.agent {
             role.parse::<crate::domain::stage::Role>()
                 .map_err(|e| bad(key(&format!("agent.{role}")), e.to_string()))?;
+            if let Some(t) = rc.timeout_s {
+                at_least_one(key(&format!("agent.{role}.timeout_s")), t)?;
+            }
+        }
+        if let Some(t) = r.ci.timeout_s {
+            at_least_one(key("ci.timeout_s"), t)?;
+        }
+        if let Some(t) = r.deploy.as_ref().and_then(|d| d.timeout_s) {
+            at_least_one(key("deploy.timeout_s"), t)?;
         }
     }
     for (name, svc, kinds) in [
@@ -707,6 +736,42 @@ mod tests {
             let e = load_str(yaml).unwrap_err().to_string();
             assert!(e.contains(key), "{yaml:?}: {e}");
             assert!(e.contains("orch.yaml"), "{yaml:?}: {e}");
+        }
+    }
+
+    /// A zero timeout used to load and then kill every agent (or CI command) at once.
+    #[test]
+    fn zero_timeouts_and_attempts_are_refused_naming_the_key() {
+        for (yaml, key) in [
+            (
+                "agent: {inactivity_timeout_s: 0}\n",
+                "agent.inactivity_timeout_s",
+            ),
+            ("agent: {max_attempts: 0}\n", "agent.max_attempts"),
+            (
+                "agent: {roles: {developer: {timeout_s: 0}}}\n",
+                "agent.roles.developer.timeout_s",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: A, agent: {reviewer: {timeout_s: 0}}}\n",
+                "repos[0].agent.reviewer.timeout_s",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: A, ci: {mode: command, argv: [x], timeout_s: 0}}\n",
+                "repos[0].ci.timeout_s",
+            ),
+            (
+                "repos:\n - {name: a, remote: /x, prefix: A, deploy: {mode: hook, argv: [x], timeout_s: 0}}\n",
+                "repos[0].deploy.timeout_s",
+            ),
+            (
+                "scheduler: {reaper_max_running_s: 0}\n",
+                "scheduler.reaper_max_running_s",
+            ),
+        ] {
+            let e = load_str(yaml).unwrap_err().to_string();
+            assert!(e.contains(key), "{yaml:?}: {e}");
+            assert!(e.contains("at least 1"), "{yaml:?}: {e}");
         }
     }
 
