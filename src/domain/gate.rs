@@ -59,7 +59,12 @@ pub struct GateFacts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateResult {
     Pass(String),
+    /// The stage's work is missing or invalid (an artifact not written, not rewritten,
+    /// malformed; no code commit): the role must do it (again).
     NotSatisfied(String),
+    /// The work is there; a person (an approval) or an outside system (CI) has not answered
+    /// yet. Nothing for the role to redo.
+    Waiting(String),
     /// The work was judged and found wanting: roll back (a verdict failure).
     Fail {
         reason: String,
@@ -85,7 +90,7 @@ pub fn evaluate(stage: Stage, facts: &GateFacts) -> GateResult {
                     .collect();
                 GateResult::NotSatisfied(format!("missing {}", missing.join(", ")))
             } else if !facts.approved {
-                GateResult::NotSatisfied(format!(
+                GateResult::Waiting(format!(
                     "analysis files present; waiting for a human approval (`orch approve {wi}`)"
                 ))
             } else {
@@ -99,6 +104,11 @@ pub fn evaluate(stage: Stage, facts: &GateFacts) -> GateResult {
                 GateResult::NotSatisfied("`06-adr/` holds no `.md` file".into())
             }
         }
+        // Whatever the CI says, it speaks for code written during this visit only: a status of
+        // an older head (the architect's docs) must not pass the developer's stage.
+        GateKind::CiGreen if !facts.code_change => GateResult::NotSatisfied(format!(
+            "no commit outside `docs/work-items/` on the task branch since `{wi}` entered `development`"
+        )),
         GateKind::CiGreen => match facts.ci_gate {
             Some(CiGate::Status) => match &facts.ci_state {
                 Some(CiState::Success) => GateResult::Pass("ci: success".into()),
@@ -107,20 +117,12 @@ pub fn evaluate(stage: Stage, facts: &GateFacts) -> GateResult {
                     feedback: detail.clone(),
                 },
                 Some(CiState::Pending) => {
-                    GateResult::NotSatisfied("ci status of the branch head is pending".into())
+                    GateResult::Waiting("ci status of the branch head is pending".into())
                 }
-                None => {
-                    GateResult::NotSatisfied("no ci status recorded for the branch head".into())
-                }
+                None => GateResult::Waiting("no ci status recorded for the branch head".into()),
             },
             Some(CiGate::CodeChange) | None => {
-                if facts.code_change {
-                    GateResult::Pass("code committed on the task branch".into())
-                } else {
-                    GateResult::NotSatisfied(format!(
-                        "no commit outside `docs/work-items/` on the task branch since `{wi}` entered `development`"
-                    ))
-                }
+                GateResult::Pass("code committed on the task branch".into())
             }
         },
         GateKind::ReviewerVerdict
@@ -338,6 +340,24 @@ fn cap(s: &str, max: usize) -> String {
     format!("{}\n… (cut at {} KiB)", &s[..end], max / 1024)
 }
 
+/// What to do when a role's job ended `done` but left its stage's work missing or invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingPlan {
+    /// Run the role once more, telling it what is missing.
+    Rerun,
+    /// It already had its second chance: hold the task for a human, with an alert.
+    Hold,
+}
+
+/// `reruns`: the jobs of this visit that were already such a second chance.
+pub fn on_missing(reruns: u32) -> MissingPlan {
+    if reruns == 0 {
+        MissingPlan::Rerun
+    } else {
+        MissingPlan::Hold
+    }
+}
+
 /// The contracts a repo has, as far as the N/A passes are concerned.
 #[derive(Debug, Clone, Copy)]
 pub struct Contracts {
@@ -489,7 +509,7 @@ mod tests {
         f.analysis_missing.clear();
         f.approved = false;
         assert!(
-            matches!(evaluate(Stage::Analysis, &f), GateResult::NotSatisfied(r) if r.contains("orch approve SHOP-7"))
+            matches!(evaluate(Stage::Analysis, &f), GateResult::Waiting(r) if r.contains("orch approve SHOP-7"))
         );
         f.approved = true;
         assert!(matches!(evaluate(Stage::Analysis, &f), GateResult::Pass(_)));
@@ -615,7 +635,7 @@ mod tests {
         f.ci_state = Some(CiState::Pending);
         assert!(matches!(
             evaluate(Stage::Development, &f),
-            GateResult::NotSatisfied(_)
+            GateResult::Waiting(_)
         ));
         f.ci_state = Some(CiState::Failure("ci/build: failure".into()));
         assert!(matches!(
@@ -627,6 +647,58 @@ mod tests {
             evaluate(Stage::Development, &f),
             GateResult::Pass(_)
         ));
+    }
+
+    /// With `ci.mode: status`, a `success` for the architect's docs-only head (arriving while
+    /// the developer still ran) advanced `development → review`: the developer's code was never
+    /// reviewed. A status counts only for a head with a code commit made since entry.
+    #[test]
+    fn a_green_status_without_new_code_since_entry_does_not_pass() {
+        let mut f = facts();
+        f.ci_gate = Some(CiGate::Status);
+        f.ci_state = Some(CiState::Success);
+        f.code_change = false;
+        match evaluate(Stage::Development, &f) {
+            GateResult::NotSatisfied(r) => assert!(r.contains("no commit outside"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+        f.code_change = true;
+        assert!(matches!(
+            evaluate(Stage::Development, &f),
+            GateResult::Pass(_)
+        ));
+    }
+
+    #[test]
+    fn waits_for_people_and_ci_are_told_from_missing_work() {
+        let mut f = facts();
+        f.analysis_missing = vec![];
+        f.approved = false;
+        assert!(matches!(
+            evaluate(Stage::Analysis, &f),
+            GateResult::Waiting(_)
+        ));
+        f.analysis_missing = vec!["01-brd.md"];
+        assert!(matches!(
+            evaluate(Stage::Analysis, &f),
+            GateResult::NotSatisfied(_)
+        ));
+        f.ci_gate = Some(CiGate::Status);
+        f.code_change = true;
+        for s in [None, Some(CiState::Pending)] {
+            f.ci_state = s;
+            assert!(matches!(
+                evaluate(Stage::Development, &f),
+                GateResult::Waiting(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn a_missing_artifact_is_rerun_once_then_held() {
+        assert_eq!(on_missing(0), MissingPlan::Rerun);
+        assert_eq!(on_missing(1), MissingPlan::Hold);
+        assert_eq!(on_missing(5), MissingPlan::Hold);
     }
 
     #[test]

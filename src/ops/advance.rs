@@ -53,6 +53,9 @@ pub struct Report {
     pub reason: String,
     pub enqueued_job: Option<JobId>,
     pub dry_run: bool,
+    /// Set when the gate was not satisfied because the stage's work is missing or invalid
+    /// (not when it waits for a person or CI): what is missing.
+    pub work_missing: Option<String>,
 }
 
 /// The whole use-case.
@@ -66,6 +69,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
         reason,
         enqueued_job: None,
         dry_run: req.dry_run,
+        work_missing: None,
     };
 
     // A caller that names what it expects (a supervisor, a runbook) gets a CAS no-op when the
@@ -139,8 +143,8 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
     let result = gate::evaluate(task.stage, &facts);
     info!(work_item = %task.work_item, stage = %task.stage, "gate: {result:?}");
 
-    let out = match result {
-        GateResult::NotSatisfied(why) => {
+    let out = match result.clone() {
+        GateResult::NotSatisfied(why) | GateResult::Waiting(why) => {
             let reason = format!(
                 "cannot advance `{}` from `{}`: {}",
                 task.work_item, task.stage, why
@@ -148,7 +152,11 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
             if !req.dry_run {
                 record_alone(ctx, &task, req.actor, Outcome::NotSatisfied, &why)?;
             }
-            report(Outcome::NotSatisfied, task.stage, reason)
+            let mut r = report(Outcome::NotSatisfied, task.stage, reason);
+            if matches!(result, GateResult::NotSatisfied(_)) {
+                r.work_missing = Some(why);
+            }
+            r
         }
         GateResult::Pass(why) => apply_forward(ctx, &task, &repo, &view, &why, req)?,
         GateResult::Fail { reason, feedback } => {
@@ -209,6 +217,7 @@ fn apply_forward(
             reason: format!("would advance: {summary}"),
             enqueued_job: None,
             dry_run: true,
+            work_missing: None,
         });
     }
     let applied = ctx.write(|ctx, tx| {
@@ -272,6 +281,7 @@ fn apply_forward(
         reason: summary,
         enqueued_job: job,
         dry_run: false,
+        work_missing: None,
     })
 }
 
@@ -290,6 +300,7 @@ fn lost(ctx: &Ctx, task: &TaskRow, req: &Request) -> Result<Report> {
         reason,
         enqueued_job: None,
         dry_run: false,
+        work_missing: None,
     })
 }
 
@@ -320,6 +331,7 @@ fn apply_failure(
             reason: format!("would {}: {headline}", outcome.as_str()),
             enqueued_job: None,
             dry_run: true,
+            work_missing: None,
         });
     }
     let artifact_path = task
@@ -396,6 +408,7 @@ fn apply_failure(
         reason: headline,
         enqueued_job: job,
         dry_run: false,
+        work_missing: None,
     })
 }
 
@@ -437,6 +450,7 @@ fn override_to(
                     reason,
                     enqueued_job: None,
                     dry_run: false,
+                    work_missing: None,
                 });
             }
         }
@@ -470,6 +484,7 @@ fn override_to(
             reason: format!("would override ({verdict}): {}", ov.reason),
             enqueued_job: None,
             dry_run: true,
+            work_missing: None,
         });
     }
     let mut entered = task.clone();
@@ -518,6 +533,7 @@ fn override_to(
         reason: format!("override ({verdict}): {}", ov.reason),
         enqueued_job: job,
         dry_run: false,
+        work_missing: None,
     })
 }
 
@@ -532,7 +548,7 @@ fn with_note(reason: &str, req: &Request) -> String {
 fn gate_text(r: &GateResult) -> String {
     match r {
         GateResult::Pass(s) => format!("pass: {s}"),
-        GateResult::NotSatisfied(s) => format!("not satisfied: {s}"),
+        GateResult::NotSatisfied(s) | GateResult::Waiting(s) => format!("not satisfied: {s}"),
         GateResult::Fail { reason, .. } => format!("fail: {reason}"),
     }
 }

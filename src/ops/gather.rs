@@ -186,28 +186,34 @@ pub fn facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, view: &GitView) -> Resul
                     .list_dir(&view.repo(), &view.source, &view.artifact_path(ADR_DIR))?;
             f.adr_count = names.iter().filter(|n| n.ends_with(".md")).count();
         }
-        GateKind::CiGreen => match repo.ci.mode {
-            CiMode::None => {
-                f.ci_gate = Some(CiGate::CodeChange);
-                let since = task.entry_marker.as_deref().filter(|m| *m != ABSENT);
-                f.code_change = view.git.has_code_change(
-                    &view.repo(),
-                    &view.source,
-                    &format!("origin/{}", repo.main),
-                    since,
-                    "docs/work-items/",
-                )?;
+        GateKind::CiGreen => {
+            // Every mode needs code written during this visit (design §3.4); a CI status speaks
+            // only for such a head.
+            let since = task.entry_marker.as_deref().filter(|m| *m != ABSENT);
+            f.code_change = view.git.has_code_change(
+                &view.repo(),
+                &view.source,
+                &format!("origin/{}", repo.main),
+                since,
+                "docs/work-items/",
+            )?;
+            match repo.ci.mode {
+                CiMode::None => f.ci_gate = Some(CiGate::CodeChange),
+                // `command` results are recorded into `ci_status` by the supervisor, so both
+                // modes read the same table.
+                CiMode::Status | CiMode::Command => {
+                    f.ci_gate = Some(CiGate::Status);
+                    if f.code_change {
+                        f.ci_state = match view.head()? {
+                            None => None,
+                            Some(sha) => {
+                                ci_state(&db::misc::ci_status(ctx.db.conn(), &repo.name, &sha)?)
+                            }
+                        };
+                    }
+                }
             }
-            // `command` results are recorded into `ci_status` by the supervisor, so both modes
-            // read the same table.
-            CiMode::Status | CiMode::Command => {
-                f.ci_gate = Some(CiGate::Status);
-                f.ci_state = match view.head()? {
-                    None => None,
-                    Some(sha) => ci_state(&db::misc::ci_status(ctx.db.conn(), &repo.name, &sha)?),
-                };
-            }
-        },
+        }
         GateKind::ReviewerVerdict
         | GateKind::TestsPassed
         | GateKind::StagingStatus

@@ -438,7 +438,7 @@ fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Resul
             Ok(None) => continue,
             Ok(Some(GateResult::Pass(r))) => format!("gate green: {r}"),
             Ok(Some(GateResult::Fail { reason, .. })) => format!("verdict written: {reason}"),
-            Ok(Some(GateResult::NotSatisfied(_))) => continue,
+            Ok(Some(GateResult::NotSatisfied(_) | GateResult::Waiting(_))) => continue,
             Err(e) => {
                 warn!(work_item = %t.work_item, "reconcile could not read the gate: {e:#}");
                 continue;

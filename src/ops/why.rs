@@ -173,7 +173,7 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
                     "No job is queued; its exit gate is green ({r}): `orch advance {}` (or the reconciler) moves it on.",
                     task.work_item
                 ),
-                Ok(GateResult::NotSatisfied(r)) => {
+                Ok(GateResult::NotSatisfied(r) | GateResult::Waiting(r)) => {
                     format!("No job is queued; its exit gate is not satisfied: {r}.")
                 }
                 Ok(GateResult::Fail { reason, .. }) => format!(
