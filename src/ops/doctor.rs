@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::Ctx;
 use crate::config::{CiMode, RepoCfg, ServiceCfg};
 use crate::domain::ids::printable;
+use crate::ext::git;
 use crate::ext::proc::Cmd;
 
 /// Where `scripts/install.sh` puts the units.
@@ -46,16 +47,6 @@ const SERVICE_PATH: &[&str] = &[
 
 /// Bounds an ssh remote that does not answer; `Cmd` has no timeout of its own.
 const SSH_OPTIONS: &str = "-o BatchMode=yes -o ConnectTimeout=5";
-
-/// Variables that would point git at another repository or hide refs of a local remote.
-const GIT_SCRUBBED_ENV: &[&str] = &[
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -326,8 +317,7 @@ fn repo_checks(
 ) {
     let n = |what: &str| format!("repo.{}.{what}", repo.name);
     let shown = redact_remote(&repo.remote);
-    let cmd = ls_remote(&repo.remote, cwd);
-    match cmd.output() {
+    match git::ls_remote(cwd, &repo.remote, SSH_OPTIONS) {
         Ok(out) if out.success() => {
             let stdout = out.stdout_text();
             checks.push(Check::new(
@@ -503,31 +493,6 @@ fn smoke_check(name: String, repo: &str, urls: &[&str]) -> Check {
     }
 }
 
-/// `git ls-remote --heads <remote>` that never prompts and gives up on a silent ssh host.
-fn ls_remote(remote: &str, cwd: &Path) -> Cmd {
-    let mut cmd = Cmd::new("git")
-        .args(["ls-remote", "--heads", remote])
-        .cwd(cwd)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C")
-        // A stalled HTTP transfer is abandoned after 10 s below 1 KB/s.
-        .env("GIT_HTTP_LOW_SPEED_LIMIT", "1000")
-        .env("GIT_HTTP_LOW_SPEED_TIME", "10");
-    for key in GIT_SCRUBBED_ENV {
-        cmd = cmd.env_remove(key);
-    }
-    if is_ssh_remote(remote) {
-        // Keep the operator's own ssh command (a key, a jump host) and add ours after it; this
-        // does replace a `core.sshCommand` from git config for the duration of the check.
-        let base = std::env::var("GIT_SSH_COMMAND")
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-            .unwrap_or_else(|| "ssh".into());
-        cmd = cmd.env("GIT_SSH_COMMAND", format!("{base} {SSH_OPTIONS}"));
-    }
-    cmd
-}
-
 /// The line of git's complaint that says why: git and ssh print the cause first and generic
 /// advice ("Please make sure you have the correct access rights") after it.
 fn first_cause(stderr: &str) -> &str {
@@ -536,18 +501,6 @@ fn first_cause(stderr: &str) -> &str {
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("warning:"))
         .unwrap_or("no output")
-}
-
-/// `ssh://…`, `git+ssh://…` or scp-like `[user@]host:path` (a colon before any slash).
-fn is_ssh_remote(remote: &str) -> bool {
-    if let Some((scheme, _)) = remote.split_once("://") {
-        return matches!(scheme, "ssh" | "git+ssh" | "ssh+git");
-    }
-    match (remote.find(':'), remote.find('/')) {
-        (Some(c), Some(s)) => c < s,
-        (Some(_), None) => true,
-        (None, _) => false,
-    }
 }
 
 /// The remote for messages: a password in the URL, or an HTTP user name (often a token), is
@@ -765,22 +718,6 @@ fn units_check(dir: &Path) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ssh_remotes_are_told_from_others() {
-        for (remote, ssh) in [
-            ("git@forge.example:team/shop.git", true),
-            ("forge:shop.git", true),
-            ("ssh://git@forge.example/team/shop.git", true),
-            ("git+ssh://forge/x.git", true),
-            ("https://forge.example/team/shop.git", false),
-            ("file:///srv/git/shop.git", false),
-            ("/srv/git/shop.git", false),
-            ("./a:b", false),
-        ] {
-            assert_eq!(is_ssh_remote(remote), ssh, "{remote}");
-        }
-    }
 
     #[test]
     fn credentials_in_remote_urls_are_masked() {

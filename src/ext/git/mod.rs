@@ -21,9 +21,11 @@
 //!
 //! Deliberately not here: deciding what to do (that is the pipeline's job),
 //! credentials (the user's global config, credential helpers and ssh setup
-//! are kept, so private remotes work), timeouts (proc's later extension),
-//! and anything forceful: no force-push, no deleting directories git does
-//! not recognise as our worktrees, never touching a dirty worktree.
+//! are kept, so private remotes work), timeouts (proc's later extension;
+//! only `ls_remote`, a probe of a remote that may not answer, bounds itself
+//! with git's and ssh's own knobs), and anything forceful: no force-push, no
+//! deleting directories git does not recognise as our worktrees, never
+//! touching a dirty worktree.
 //!
 //! Concurrency: methods that change the clone or its worktree registry take
 //! a [`RepoLock`] as proof that the caller holds the repo's lock. Reads
@@ -34,7 +36,8 @@
 //! Files: this one holds the types, the repo lock, the hardened command builder (`git_in`, with
 //! `FORCED_CONFIG` and `SCRUBBED_ENV`) and the argument checks every call makes before a value
 //! becomes a path or an argument; `clone.rs` the clone and its worktrees, `read.rs` files and
-//! commit facts, `write.rs` commits, `remote.rs` pushes, deletes and questions to the remote.
+//! commit facts, `write.rs` commits, `remote.rs` pushes, deletes and questions to the remote
+//! (`ls_remote` among them).
 
 use std::fs;
 use std::io::ErrorKind;
@@ -53,7 +56,7 @@ mod read;
 mod remote;
 mod write;
 
-pub use remote::seed_remote;
+pub use remote::{ls_remote, seed_remote};
 
 /// Config forced on every git command. Hooks are off because the clone and
 /// worktrees contain agent-written content and the user's global hooks are
@@ -295,13 +298,15 @@ fn check_repo(repo: &RepoRef<'_>) -> Result<()> {
     if !valid_branch_name(repo.main) {
         bail!("invalid main branch {:?} for repo {}", repo.main, repo.name);
     }
-    if repo.remote.is_empty()
-        || repo.remote.starts_with('-')
-        || repo.remote.chars().any(char::is_control)
-    {
+    if !valid_remote(repo.remote) {
         bail!("invalid remote {:?} for repo {}", repo.remote, repo.name);
     }
     Ok(())
+}
+
+/// A remote becomes one argument of git: never empty, never read as an option, one line.
+fn valid_remote(remote: &str) -> bool {
+    !remote.is_empty() && !remote.starts_with('-') && !remote.chars().any(char::is_control)
 }
 
 fn check_branch(branch: &str) -> Result<()> {

@@ -1,14 +1,15 @@
 //! What talks to the remote: `push_branch` and `delete_remote_branch` (both refuse `main`,
-//! `master` and the repo's main branch, and never force), `branch_exists_remote`, and
-//! `seed_remote`, which builds the demo's bare remote.
+//! `master` and the repo's main branch, and never force), `branch_exists_remote`, `ls_remote`
+//! (a remote's heads without a clone, for `orch doctor`), and `seed_remote`, which builds the
+//! demo's bare remote.
 
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Git, RepoLock, RepoRef, check_branch, check_repo, git_in, rel_parts};
+use super::{Git, RepoLock, RepoRef, check_branch, check_repo, git_in, rel_parts, valid_remote};
 use crate::domain::names::valid_ref_name;
-use crate::ext::proc::Cmd;
+use crate::ext::proc::{Cmd, Output};
 
 impl Git {
     /// Whether the remote has `refs/heads/<branch>` right now (asks the
@@ -125,4 +126,63 @@ pub fn seed_remote(
         .checked()
         .context("pushing the seed commit")?;
     Ok(())
+}
+
+/// `git ls-remote --heads <remote>`, run in `dir`: the branch heads of a remote orch may have no
+/// clone of yet (`orch doctor` asks every configured remote). The command is hardened like every
+/// other git call here, and since `Cmd` has no timeout it is bounded by git's own knobs: an HTTP
+/// transfer slower than 1 KB/s for 10 s is abandoned, and for an ssh remote `ssh_options` (say
+/// `-o BatchMode=yes -o ConnectTimeout=5`) are appended to the ssh command. A non-zero exit is
+/// an answer, not an error: the caller reads the status and stderr from the `Output`.
+pub fn ls_remote(dir: &Path, remote: &str, ssh_options: &str) -> Result<Output> {
+    if !valid_remote(remote) {
+        bail!("invalid remote {remote:?}");
+    }
+    let mut cmd = git_in(dir)
+        .args(["ls-remote", "--heads", remote])
+        .env("GIT_HTTP_LOW_SPEED_LIMIT", "1000")
+        .env("GIT_HTTP_LOW_SPEED_TIME", "10");
+    if is_ssh_remote(remote) {
+        // Keep the operator's own ssh command (a key, a jump host) and add ours after it; this
+        // does replace a `core.sshCommand` from git config for the duration of the call.
+        let base = std::env::var("GIT_SSH_COMMAND")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| "ssh".into());
+        cmd = cmd.env("GIT_SSH_COMMAND", format!("{base} {ssh_options}"));
+    }
+    cmd.output()
+}
+
+/// `ssh://…`, `git+ssh://…` or scp-like `[user@]host:path` (a colon before any slash).
+fn is_ssh_remote(remote: &str) -> bool {
+    if let Some((scheme, _)) = remote.split_once("://") {
+        return matches!(scheme, "ssh" | "git+ssh" | "ssh+git");
+    }
+    match (remote.find(':'), remote.find('/')) {
+        (Some(c), Some(s)) => c < s,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_remotes_are_told_from_others() {
+        for (remote, ssh) in [
+            ("git@forge.example:team/shop.git", true),
+            ("forge:shop.git", true),
+            ("ssh://git@forge.example/team/shop.git", true),
+            ("git+ssh://forge/x.git", true),
+            ("https://forge.example/team/shop.git", false),
+            ("file:///srv/git/shop.git", false),
+            ("/srv/git/shop.git", false),
+            ("./a:b", false),
+        ] {
+            assert_eq!(is_ssh_remote(remote), ssh, "{remote}");
+        }
+    }
 }

@@ -855,6 +855,28 @@ fn push_failure_names_the_command_and_git_stderr() {
 }
 
 #[test]
+fn ls_remote_lists_heads_without_a_clone_and_answers_for_a_missing_remote() {
+    let fx = Fx::new();
+    let main = run(&fx.seed, &["rev-parse", "HEAD"]);
+    let out = ls_remote(fx.tmp.path(), &fx.remote, "-o BatchMode=yes").unwrap();
+    assert!(out.success(), "{}", out.diagnostic_tail());
+    assert_eq!(out.stdout_text(), format!("{main}\trefs/heads/main\n"));
+    assert!(!fx.git.clone_dir(NAME).exists(), "ls_remote made a clone");
+
+    let gone = fx.tmp.path().join("gone.git");
+    let out = ls_remote(fx.tmp.path(), gone.to_str().unwrap(), "").unwrap();
+    assert!(!out.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not appear to be a git repository"),
+        "{}",
+        out.diagnostic_tail()
+    );
+    for bad in ["", "-uhack", "a\nb"] {
+        assert!(ls_remote(fx.tmp.path(), bad, "").is_err(), "{bad:?}");
+    }
+}
+
+#[test]
 fn branch_name_rules_agree_with_git() {
     let names = [
         "main",
