@@ -234,7 +234,7 @@ pub fn violations(f: &Facts) -> Vec<Violation> {
         out.push(v(
             "integrity",
             "orch.db",
-            format!("PRAGMA integrity_check: {line}"),
+            format!("SQLite integrity check: {line}"),
             "stop the timer and restore the database from a backup".into(),
         ));
     }
@@ -242,7 +242,7 @@ pub fn violations(f: &Facts) -> Vec<Violation> {
         out.push(v(
             "foreign-key",
             "orch.db",
-            format!("PRAGMA foreign_key_check: {line}"),
+            format!("SQLite foreign key check: {line}"),
             "stop the timer and restore the database from a backup".into(),
         ));
     }

@@ -3,7 +3,7 @@
 //!
 //! It gathers facts and hands them to the pure rules in `crate::domain::liveness`; it makes no
 //! decision of its own beyond refusing to signal what it cannot verify. It spawns nothing (that is
-//! `ext/proc.rs`), knows nothing of jobs or leases, and reads no clock except to bound its own
+//! `ext/proc/`), knows nothing of jobs or leases, and reads no clock except to bound its own
 //! waiting. Linux only: it relies on `/proc`.
 
 use std::fs;

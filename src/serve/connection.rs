@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use super::http::{Conn, Framing, Head, ReadError, Reply, framing};
 use super::routes::{self, Route, Routing, route};
-use super::workers::dispatch;
-use super::{BODY_DEADLINE, BODY_LIMIT, Counted, IDLE_TIMEOUT, Shared, WRITE_TIMEOUT};
+use super::shared::{
+    BODY_DEADLINE, BODY_LIMIT, Counted, IDLE_TIMEOUT, Shared, WRITE_TIMEOUT, dispatch,
+};
 
 /// Serve one client connection until it closes, idles out, or an exchange leaves it unusable.
 pub(super) fn connection(stream: TcpStream, shared: &Shared) {

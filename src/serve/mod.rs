@@ -26,12 +26,15 @@ pub mod metrics;
 pub mod routes;
 
 mod connection;
+mod shared;
 mod workers;
+
+pub use shared::{BODY_DEADLINE, BODY_LIMIT, IDLE_TIMEOUT, WORKERS, WRITE_TIMEOUT};
 
 use std::io::Write;
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -43,25 +46,8 @@ use crate::config::Config;
 use crate::ctx::Ctx;
 
 use self::http::Reply;
-use self::workers::{Msg, Worker};
-
-/// Requests handled against the database at once; each worker holds one SQLite connection.
-pub const WORKERS: usize = 8;
-/// The largest webhook body accepted (SPEC §8).
-pub const BODY_LIMIT: usize = 1 << 20;
-/// How long a client may take to send a whole body once its head is in.
-pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
-/// How long an idle keep-alive connection is kept, and how long a client may take to send a
-/// request head.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest wait of one socket write: a client that stops reading gives up its connection.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open client connections; past this a new one is answered 503 and closed.
-const MAX_CONNECTIONS: usize = 256;
-/// Complete requests waiting for a worker; past this a request is answered 503.
-const QUEUE_DEPTH: usize = 64;
-/// A connection thread only parses and copies bytes.
-const CONNECTION_STACK: usize = 256 * 1024;
+use self::shared::{CONNECTION_STACK, Counted, MAX_CONNECTIONS, Msg, QUEUE_DEPTH, Shared};
+use self::workers::Worker;
 
 /// Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in hand and return.
 /// `on_listening` is told the bound address (the real port when `listen` asks for port 0).
@@ -80,32 +66,6 @@ pub fn run(config: &Config, listen: &str, on_listening: impl FnOnce(SocketAddr))
     tracing::info!(%signal, "stopping");
     shim.stop();
     Ok(())
-}
-
-/// What connection threads, workers and the acceptor share.
-struct Shared {
-    jobs: SyncSender<Msg>,
-    stopping: AtomicBool,
-    /// Open client connections.
-    connections: AtomicUsize,
-    /// Exchanges between a parsed head and a written answer.
-    in_flight: AtomicUsize,
-}
-
-/// Counts itself in for as long as it lives.
-struct Counted<'a>(&'a AtomicUsize);
-
-impl<'a> Counted<'a> {
-    fn new(n: &'a AtomicUsize) -> Counted<'a> {
-        n.fetch_add(1, Ordering::SeqCst);
-        Counted(n)
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// A running server: the acceptor, the worker pool and what they share.

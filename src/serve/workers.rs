@@ -8,53 +8,16 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::Receiver;
 
 use anyhow::Result;
 
 use crate::config::Config;
 use crate::ctx::Ctx;
 
-use super::Shared;
 use super::http::{Reply, internal_error};
 use super::routes::{self, Route};
-
-/// What the queue carries.
-pub(super) enum Msg {
-    Job(Job),
-    Stop,
-}
-
-/// A complete request for a worker, and where its answer goes.
-pub(super) struct Job {
-    route: Route,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    reply: SyncSender<Reply>,
-}
-
-/// Hand a complete request to the worker pool and wait for its answer.
-pub(super) fn dispatch(
-    shared: &Shared,
-    route: Route,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-) -> Reply {
-    let (reply, answer) = mpsc::sync_channel(1);
-    let job = Job {
-        route,
-        headers,
-        body,
-        reply,
-    };
-    match shared.jobs.try_send(Msg::Job(job)) {
-        Ok(()) => answer
-            .recv()
-            .unwrap_or_else(|_| Reply::busy("orch serve is stopping; retry shortly")),
-        Err(TrySendError::Full(_)) => Reply::busy("all workers are busy; retry shortly"),
-        Err(TrySendError::Disconnected(_)) => Reply::busy("orch serve is stopping; retry shortly"),
-    }
-}
+use super::shared::{Job, Msg};
 
 /// One thread of the pool and the context it owns.
 pub(super) struct Worker {

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::ids::printable;
 
-use super::{RepoEntry, field, object, opt_line, opt_text, req_line};
+use super::fields::{RepoEntry, field, object, opt_line, opt_text, req_line};
 
 /// A commit status state as Gitea names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

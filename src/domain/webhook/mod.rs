@@ -5,7 +5,8 @@
 //! which gesture).
 //!
 //! This file holds what both sources share: [`Source`], [`Outcome`], the delivery id, the size
-//! and signature check, header redaction, [`RepoEntry`] and the typed JSON field readers. The
+//! and signature check, header redaction. `fields` holds [`RepoEntry`] and the typed JSON field readers both parsers
+//! use. The
 //! Plane issue parse and its routing are in `plane`, the Gitea events and theirs in `gitea`;
 //! both are re-exported here, so callers name `domain::webhook::*` alone.
 //!
@@ -13,15 +14,15 @@
 //! we expect yields a reason to ignore it, never a panic. This module does not read the
 //! environment, the database or git; `ops::ingest` gathers those facts and applies the decision.
 
+mod fields;
 mod gitea;
 mod plane;
 
 use hmac::{Hmac, KeyInit, Mac};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::domain::ids::printable;
-
+pub use self::fields::RepoEntry;
 pub use self::gitea::{CommitState, GiteaEvent, GiteaRepo, gitea_event, gitea_target, valid_sha};
 pub use self::plane::{
     MAX_TITLE_CHARS, PlaneAction, PlaneIssue, PlaneState, plane_action, plane_issue, plane_state,
@@ -319,87 +320,6 @@ pub fn redact_headers(headers: &[(String, String)], secrets: &[String]) -> Vec<(
 /// Parse the body as JSON; the error is the `rejected` reason.
 pub fn parse_json(body: &[u8]) -> Result<Value, String> {
     serde_json::from_slice(body).map_err(|e| format!("malformed body: {e}"))
-}
-
-// ---- field access, shared by `plane` and `gitea`: every read checks the type, a wrong type
-// is a reason to ignore ----
-
-fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, String> {
-    v.as_object()
-        .ok_or_else(|| format!("`{path}` must be an object"))
-}
-
-/// A field that may be absent or null.
-fn field<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    m.get(key).filter(|v| !v.is_null())
-}
-
-/// A one-line string of at most `max` characters (absent or null → `None`).
-fn opt_line<'a>(
-    m: &'a Map<String, Value>,
-    key: &str,
-    path: &str,
-    max: usize,
-) -> Result<Option<&'a str>, String> {
-    match field(m, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => {
-            if s.chars().count() > max {
-                Err(format!("`{path}` is longer than {max} characters"))
-            } else if s.chars().any(char::is_control) {
-                Err(format!(
-                    "`{path}` contains control characters: `{}`",
-                    printable(s)
-                ))
-            } else {
-                Ok(Some(s.as_str()))
-            }
-        }
-        Some(_) => Err(format!("`{path}` must be a string")),
-    }
-}
-
-fn req_line<'a>(
-    m: &'a Map<String, Value>,
-    key: &str,
-    path: &str,
-    max: usize,
-) -> Result<&'a str, String> {
-    opt_line(m, key, path, max)?.ok_or_else(|| format!("`{path}` is missing"))
-}
-
-/// A free text (control characters other than newlines and tabs replaced by spaces).
-fn opt_text(
-    m: &Map<String, Value>,
-    key: &str,
-    path: &str,
-    max: usize,
-) -> Result<Option<String>, String> {
-    match field(m, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(
-            s.chars()
-                .take(max)
-                .map(|c| {
-                    if c.is_control() && c != '\n' && c != '\t' {
-                        ' '
-                    } else {
-                        c
-                    }
-                })
-                .collect(),
-        )),
-        Some(_) => Err(format!("`{path}` must be a string")),
-    }
-}
-
-/// A configured repo as the routing sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RepoEntry<'a> {
-    pub name: &'a str,
-    pub remote: &'a str,
-    pub prefix: &'a str,
-    pub plane_project: Option<&'a str>,
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::domain::ids::{WorkItem, printable, valid_prefix};
 use crate::domain::stage::Stage;
 
-use super::{RepoEntry, field, object, opt_line, opt_text, req_line};
+use super::fields::{RepoEntry, field, object, opt_line, opt_text, req_line};
 
 /// Task titles taken from the tracker are cut to this many characters.
 pub const MAX_TITLE_CHARS: usize = 500;

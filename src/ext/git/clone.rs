@@ -1,0 +1,321 @@
+//! The clone and its worktrees: `ensure_clone` (a first clone is made in `_tmp/` and renamed
+//! into place, so the final path never holds a half clone; what a crashed attempt left in `_tmp/`
+//! is removed, which is safe under the lock), `fetch`, `worktree_add`, `worktree_remove` and
+//! `ff_worktree_if_clean`. Everything here changes the clone or its worktree registry, so every
+//! method takes the [`RepoLock`].
+//!
+//! Never forceful: a directory git does not recognise as our worktree is an error, not deleted
+//! (only an empty one is removed), and a worktree with any change is never fast-forwarded.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use super::read::{is_ancestor, rev_parse_commit};
+use super::{Git, RepoLock, RepoRef, check_branch, check_wi, exists, git_in, remote_ref};
+
+impl Git {
+    /// Make sure `<repos_dir>/<name>` is a clone of `repo.remote` with the
+    /// standard fetch refspec. A new clone is made in `_tmp/` and renamed
+    /// into place, so the final path never holds a half clone. Idempotent;
+    /// on an existing clone it (re)sets the origin URL and refspec, so a
+    /// changed remote in the config takes effect.
+    pub fn ensure_clone(&self, lock: &RepoLock, repo: &RepoRef<'_>) -> Result<()> {
+        self.check(lock, repo)?;
+        let dir = self.clone_dir(repo.name);
+        if exists(&dir)? {
+            if !self.is_clone(&dir)? {
+                bail!(
+                    "{} exists but is not a git clone; move it away so it can be cloned afresh",
+                    dir.display()
+                );
+            }
+        } else {
+            let tmp_root = self.repos_dir.join("_tmp");
+            fs::create_dir_all(&tmp_root)
+                .with_context(|| format!("creating {}", tmp_root.display()))?;
+            let tmp = tmp_root.join(format!("{}.clone", repo.name));
+            // Left by a crashed earlier attempt; we hold the lock, so it is
+            // nobody's work in progress.
+            if exists(&tmp)? {
+                fs::remove_dir_all(&tmp)
+                    .with_context(|| format!("removing stale {}", tmp.display()))?;
+            }
+            git_in(&self.repos_dir)
+                .args(["clone", "--no-checkout", "--"])
+                .arg(repo.remote)
+                .arg(&tmp)
+                .checked()
+                .with_context(|| format!("cloning {} for repo {}", repo.remote, repo.name))?;
+            fs::rename(&tmp, &dir).with_context(|| {
+                format!("moving {} into place at {}", tmp.display(), dir.display())
+            })?;
+        }
+        git_in(&dir)
+            .args(["config", "remote.origin.url"])
+            .arg(repo.remote)
+            .checked()
+            .with_context(|| format!("setting origin URL of repo {}", repo.name))?;
+        git_in(&dir)
+            .args([
+                "config",
+                "--replace-all",
+                "remote.origin.fetch",
+                "+refs/heads/*:refs/remotes/origin/*",
+            ])
+            .checked()
+            .with_context(|| format!("setting fetch refspec of repo {}", repo.name))?;
+        Ok(())
+    }
+
+    /// `git fetch --prune origin` in the clone.
+    pub fn fetch(&self, lock: &RepoLock, repo: &RepoRef<'_>) -> Result<()> {
+        self.check(lock, repo)?;
+        let clone = self.require_clone(repo)?;
+        fetch_in(&clone).with_context(|| format!("fetching repo {}", repo.name))
+    }
+
+    /// The worktree of `wi` on `branch`, created if needed; returns its path.
+    ///
+    /// An existing valid worktree is returned as is (even if on another
+    /// branch: logged). Otherwise the clone is fetched, then the worktree is
+    /// created on `branch`: reset to `origin/<branch>` and tracking it if the
+    /// remote has it, else cut from fresh `origin/<main>` without upstream (so
+    /// a stray plain `git push` cannot target main). A non-empty directory
+    /// that is not our worktree is an error, never deleted.
+    pub fn worktree_add(
+        &self,
+        lock: &RepoLock,
+        repo: &RepoRef<'_>,
+        wi: &str,
+        branch: &str,
+    ) -> Result<PathBuf> {
+        self.check(lock, repo)?;
+        check_wi(wi)?;
+        check_branch(branch)?;
+        let clone = self.require_clone(repo)?;
+        let dir = self.worktree_dir(repo.name, wi);
+        let ctx = || format!("adding worktree for {wi} of repo {}", repo.name);
+
+        if exists(&dir)? {
+            if self.is_worktree_of(&clone, &dir)? {
+                let current = current_branch(&dir).with_context(ctx)?;
+                if current.as_deref() != Some(branch) {
+                    tracing::warn!(
+                        worktree = %dir.display(),
+                        expected = branch,
+                        actual = current.as_deref().unwrap_or("(detached)"),
+                        "existing worktree is on another branch; using it as is"
+                    );
+                }
+                return Ok(dir);
+            }
+            remove_if_empty_dir(&dir).with_context(ctx)?;
+        }
+
+        // Registrations whose directories vanished would make `worktree add`
+        // refuse the path.
+        git_in(&clone)
+            .args(["worktree", "prune"])
+            .checked()
+            .with_context(ctx)?;
+        fetch_in(&clone).with_context(ctx)?;
+
+        let remote_branch = remote_ref(branch);
+        let (start, track) = if rev_parse_commit(&clone, &remote_branch)?.is_some() {
+            (remote_branch, "--track")
+        } else {
+            let main = remote_ref(repo.main);
+            if rev_parse_commit(&clone, &main)?.is_none() {
+                bail!(
+                    "{}: neither origin/{branch} nor origin/{} exists in {}",
+                    ctx(),
+                    repo.main,
+                    clone.display()
+                );
+            }
+            (main, "--no-track")
+        };
+        if let Some(parent) = dir.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        git_in(&clone)
+            .args(["worktree", "add", track, "-B", branch, "--"])
+            .arg(&dir)
+            .arg(&start)
+            .checked()
+            .with_context(ctx)?;
+        Ok(dir)
+    }
+
+    /// Remove the worktree of `wi` (discarding uncommitted changes in it),
+    /// then prune stale registrations. Absent is fine. A non-empty directory
+    /// that is not our worktree is an error, never deleted.
+    pub fn worktree_remove(&self, lock: &RepoLock, repo: &RepoRef<'_>, wi: &str) -> Result<()> {
+        self.check(lock, repo)?;
+        check_wi(wi)?;
+        let clone = self.clone_dir(repo.name);
+        let dir = self.worktree_dir(repo.name, wi);
+        let ctx = || format!("removing worktree of {wi} in repo {}", repo.name);
+        let have_clone = exists(&clone)?;
+        if exists(&dir)? {
+            if have_clone && self.is_worktree_of(&clone, &dir)? {
+                git_in(&clone)
+                    .args(["worktree", "remove", "--force", "--"])
+                    .arg(&dir)
+                    .checked()
+                    .with_context(ctx)?;
+            } else {
+                remove_if_empty_dir(&dir).with_context(ctx)?;
+            }
+        }
+        if have_clone {
+            git_in(&clone)
+                .args(["worktree", "prune"])
+                .checked()
+                .with_context(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Fast-forward the worktree of `wi` to `origin/<branch>` when that is
+    /// safe: the worktree exists, is on `branch`, has no changes (untracked
+    /// files count), and its HEAD is strictly behind `origin/<branch>`.
+    /// Otherwise nothing happens. Returns whether HEAD moved. Uses the
+    /// remote-tracking ref as of the last fetch.
+    pub fn ff_worktree_if_clean(
+        &self,
+        lock: &RepoLock,
+        repo: &RepoRef<'_>,
+        wi: &str,
+        branch: &str,
+    ) -> Result<bool> {
+        self.check(lock, repo)?;
+        check_wi(wi)?;
+        check_branch(branch)?;
+        let clone = self.clone_dir(repo.name);
+        let dir = self.worktree_dir(repo.name, wi);
+        let ctx = || format!("fast-forwarding worktree of {wi} in repo {}", repo.name);
+        if !exists(&clone)? || !exists(&dir)? || !self.is_worktree_of(&clone, &dir)? {
+            return Ok(false);
+        }
+        if current_branch(&dir).with_context(ctx)?.as_deref() != Some(branch) {
+            tracing::debug!(worktree = %dir.display(), branch, "not on the branch; not fast-forwarding");
+            return Ok(false);
+        }
+        let status = git_in(&dir)
+            .args(["status", "--porcelain", "--untracked-files=normal"])
+            .checked()
+            .with_context(ctx)?;
+        if !status.stdout.is_empty() {
+            tracing::debug!(worktree = %dir.display(), "dirty; not fast-forwarding");
+            return Ok(false);
+        }
+        let Some(target) = rev_parse_commit(&dir, &remote_ref(branch)).with_context(ctx)? else {
+            return Ok(false);
+        };
+        let Some(head) = rev_parse_commit(&dir, "HEAD").with_context(ctx)? else {
+            return Ok(false);
+        };
+        if head == target || !is_ancestor(&dir, &head, &target).with_context(ctx)? {
+            return Ok(false);
+        }
+        // Merge the sha we checked, not the ref, which a fetch may move.
+        git_in(&dir)
+            .args(["merge", "--ff-only", "--no-edit"])
+            .arg(&target)
+            .checked()
+            .with_context(ctx)?;
+        Ok(true)
+    }
+
+    fn is_clone(&self, dir: &Path) -> Result<bool> {
+        Ok(match repo_paths(dir)? {
+            Some((top, _)) => top == canonical(dir)?,
+            None => false,
+        })
+    }
+
+    /// `dir` is the top of a linked worktree of `clone` (not of some
+    /// enclosing repository git found by walking up).
+    pub(super) fn is_worktree_of(&self, clone: &Path, dir: &Path) -> Result<bool> {
+        if !exists(&dir.join(".git"))? {
+            return Ok(false);
+        }
+        Ok(match repo_paths(dir)? {
+            Some((top, common)) => {
+                top == canonical(dir)? && common == canonical(&clone.join(".git"))?
+            }
+            None => false,
+        })
+    }
+}
+
+fn fetch_in(clone: &Path) -> Result<()> {
+    git_in(clone)
+        .args(["fetch", "--prune", "--quiet", "origin"])
+        .checked()?;
+    Ok(())
+}
+
+/// The branch checked out in `dir`, `None` when HEAD is detached.
+pub(super) fn current_branch(dir: &Path) -> Result<Option<String>> {
+    let cmd = git_in(dir).args(["symbolic-ref", "--quiet", "HEAD"]);
+    let out = cmd.output()?;
+    match out.code {
+        Some(0) => Ok(out
+            .stdout_text()
+            .trim()
+            .strip_prefix("refs/heads/")
+            .map(str::to_owned)),
+        Some(1) => Ok(None),
+        _ => Err(cmd.failure(&out)),
+    }
+}
+
+/// (toplevel, common git dir) of the repository git finds at `dir`, both
+/// canonical; `None` if git finds none.
+fn repo_paths(dir: &Path) -> Result<Option<(PathBuf, PathBuf)>> {
+    let out = git_in(dir)
+        .args([
+            "rev-parse",
+            "--path-format=absolute",
+            "--show-toplevel",
+            "--git-common-dir",
+        ])
+        .output()?;
+    if !out.success() {
+        return Ok(None);
+    }
+    let text = out.stdout_text();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(top), Some(common)) => Ok(Some((
+            canonical(Path::new(top))?,
+            canonical(Path::new(common))?,
+        ))),
+        _ => Ok(None),
+    }
+}
+
+fn canonical(path: &Path) -> Result<PathBuf> {
+    fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+fn remove_if_empty_dir(dir: &Path) -> Result<()> {
+    let empty = fs::symlink_metadata(dir)
+        .map(|m| m.is_dir())
+        .unwrap_or(false)
+        && fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .next()
+            .is_none();
+    if !empty {
+        bail!(
+            "{} exists but is not a worktree of this repo; not deleting it (move it away)",
+            dir.display()
+        );
+    }
+    fs::remove_dir(dir).with_context(|| format!("removing empty {}", dir.display()))
+}

@@ -1,0 +1,326 @@
+//! Typed git operations over one local clone per repository, with one
+//! worktree per work item.
+//!
+//! Layout under `repos_dir`:
+//! - `<name>/`          the clone (`--no-checkout`: its own working tree stays
+//!   empty; all work happens in worktrees),
+//! - `<name>.lock`      flock serialising everything that changes the clone,
+//! - `_wt/<name>/<wi>/` the worktree of work item `<wi>`,
+//! - `_tmp/`            scratch space for clones in progress.
+//!
+//! Leading `_` is never a valid repo name, so these cannot collide.
+//!
+//! Responsible for: cloning, fetching, creating/removing/fast-forwarding
+//! worktrees, reading files and commit facts from a worktree or a
+//! remote-tracking ref, committing and pushing work branches. Every git
+//! command runs through [`crate::ext::proc`] as an argv (never a shell
+//! string), with `-C <dir>`, no terminal prompts, the C locale, hooks and
+//! commit signing disabled, and the caller's `GIT_DIR`-style variables and
+//! identity variables removed (so a parent git process or environment can
+//! neither redirect us at another repository nor change who commits).
+//!
+//! Deliberately not here: deciding what to do (that is the pipeline's job),
+//! credentials (the user's global config, credential helpers and ssh setup
+//! are kept, so private remotes work), timeouts (proc's later extension;
+//! only `ls_remote`, a probe of a remote that may not answer, bounds itself
+//! with git's and ssh's own knobs), and anything forceful: no force-push, no
+//! deleting directories git does not recognise as our worktrees, never
+//! touching a dirty worktree.
+//!
+//! Concurrency: methods that change the clone or its worktree registry take
+//! a [`RepoLock`] as proof that the caller holds the repo's lock. Reads
+//! (`read_file`, `list_dir`, `head`, `has_code_change`, `blob_id`) and the
+//! worktree-local `commit_all`/`push_branch` take none: git's object and ref
+//! reads are safe alongside a fetch.
+//!
+//! Files: this one holds the types, the repo lock, the hardened command builder (`git_in`, with
+//! `FORCED_CONFIG` and `SCRUBBED_ENV`) and the argument checks every call makes before a value
+//! becomes a path or an argument; `clone.rs` the clone and its worktrees, `read.rs` files and
+//! commit facts, `write.rs` commits, `remote.rs` pushes, deletes and questions to the remote
+//! (`ls_remote` among them).
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::domain::names::{
+    valid_branch_name, valid_path_component, valid_ref_name, valid_repo_name,
+};
+use crate::ext::lock::FileLock;
+use crate::ext::proc::Cmd;
+
+mod clone;
+mod read;
+pub mod remote;
+mod write;
+
+/// Config forced on every git command. Hooks are off because the clone and
+/// worktrees contain agent-written content and the user's global hooks are
+/// not ours to run; signing is off because no key is available unattended.
+const FORCED_CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "commit.gpgSign=false",
+    "color.ui=never",
+];
+
+/// Inherited variables that would make git operate on another repository,
+/// index or namespace than `-C <dir>` says, reinterpret our pathspecs, or
+/// override the identity passed with `-c user.*`.
+const SCRUBBED_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+    "GIT_LITERAL_PATHSPECS",
+    "GIT_GLOB_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS",
+    "GIT_ICASE_PATHSPECS",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+];
+
+/// A repository as configured: `name` already validated against
+/// `^[a-z0-9][a-z0-9._-]{0,63}$`, `main` a valid branch name. Both are
+/// checked again here (cheaply) because they become paths and arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepoRef<'a> {
+    pub name: &'a str,
+    pub remote: &'a str,
+    pub main: &'a str,
+}
+
+/// Where to read a work item's files from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A worktree on disk: its files as they are now, committed or not.
+    Worktree(PathBuf),
+    /// A ref or commit in the clone, e.g. `"origin/feature/X-1-foo"`.
+    /// `origin/<b>` always means `refs/remotes/origin/<b>` (a tag or local
+    /// branch spelled the same cannot shadow it).
+    Ref(String),
+}
+
+/// File content plus its git blob id (in the repo's object format).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub bytes: Vec<u8>,
+    pub id: String,
+}
+
+/// Git operations over clones under one `repos_dir`.
+#[derive(Debug, Clone)]
+pub struct Git {
+    repos_dir: PathBuf,
+}
+
+/// Proof that the holder has the exclusive lock of one repo's clone.
+/// Only [`Git::lock`] makes one; it is released on drop.
+#[derive(Debug)]
+pub struct RepoLock {
+    _file: FileLock,
+    repos_dir: PathBuf,
+    name: String,
+}
+
+impl RepoLock {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Git {
+    /// `repos_dir` is made absolute (against the current directory) so paths
+    /// git records in worktrees stay valid whatever our cwd later is.
+    pub fn new(repos_dir: impl Into<PathBuf>) -> Git {
+        let dir = repos_dir.into();
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        Git { repos_dir: dir }
+    }
+
+    pub fn repos_dir(&self) -> &Path {
+        &self.repos_dir
+    }
+
+    /// `<repos_dir>/<name>`. Pure path arithmetic: does not validate.
+    pub fn clone_dir(&self, name: &str) -> PathBuf {
+        self.repos_dir.join(name)
+    }
+
+    /// `<repos_dir>/_wt/<name>/<wi>`. Pure path arithmetic: does not validate.
+    pub fn worktree_dir(&self, name: &str, wi: &str) -> PathBuf {
+        self.repos_dir.join("_wt").join(name).join(wi)
+    }
+
+    /// Block until this process holds `<repos_dir>/<name>.lock`.
+    pub fn lock(&self, name: &str) -> Result<RepoLock> {
+        check_repo_name(name)?;
+        fs::create_dir_all(&self.repos_dir)
+            .with_context(|| format!("creating {}", self.repos_dir.display()))?;
+        let path = self.repos_dir.join(format!("{name}.lock"));
+        let file = FileLock::acquire(&path).with_context(|| format!("locking repo {name}"))?;
+        Ok(RepoLock {
+            _file: file,
+            repos_dir: self.repos_dir.clone(),
+            name: name.to_owned(),
+        })
+    }
+
+    /// Like `lock`, but `None` at once when another process holds it (for the tick, which
+    /// must never wait behind a supervisor's clone or fetch).
+    pub fn try_lock(&self, name: &str) -> Result<Option<RepoLock>> {
+        check_repo_name(name)?;
+        fs::create_dir_all(&self.repos_dir)
+            .with_context(|| format!("creating {}", self.repos_dir.display()))?;
+        let path = self.repos_dir.join(format!("{name}.lock"));
+        let file = FileLock::try_acquire(&path).with_context(|| format!("locking repo {name}"))?;
+        Ok(file.map(|f| RepoLock {
+            _file: f,
+            repos_dir: self.repos_dir.clone(),
+            name: name.to_owned(),
+        }))
+    }
+
+    fn check(&self, lock: &RepoLock, repo: &RepoRef<'_>) -> Result<()> {
+        check_repo(repo)?;
+        if lock.name != repo.name || lock.repos_dir != self.repos_dir {
+            bail!(
+                "holding the lock of repo {} in {}, not of repo {} in {}",
+                lock.name,
+                lock.repos_dir.display(),
+                repo.name,
+                self.repos_dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn require_clone(&self, repo: &RepoRef<'_>) -> Result<PathBuf> {
+        let dir = self.clone_dir(repo.name);
+        if !exists(&dir)? {
+            bail!(
+                "repo {} has no clone at {} (ensure_clone first)",
+                repo.name,
+                dir.display()
+            );
+        }
+        Ok(dir)
+    }
+}
+
+/// A git command run in `dir` with our fixed environment and config.
+fn git_in(dir: &Path) -> Cmd {
+    let mut cmd = Cmd::new("git").arg("-C").arg(dir);
+    for kv in FORCED_CONFIG {
+        cmd = cmd.args(["-c", kv]);
+    }
+    for key in SCRUBBED_ENV {
+        cmd = cmd.env_remove(key);
+    }
+    cmd.env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        // Reads like `status` must not take index.lock next to an agent
+        // working in the same worktree.
+        .env("GIT_OPTIONAL_LOCKS", "0")
+}
+
+fn remote_ref(branch: &str) -> String {
+    format!("refs/remotes/origin/{branch}")
+}
+
+/// `origin/<b>` → `refs/remotes/origin/<b>`; other valid names unchanged.
+/// Rejects anything that could be read as an option or as rev syntax.
+fn rev_arg(rev: &str) -> Result<String> {
+    if rev.starts_with('-') || !valid_ref_name(rev) {
+        bail!("invalid git ref {rev:?}");
+    }
+    Ok(match rev.strip_prefix("origin/") {
+        Some(rest) => remote_ref(rest),
+        None => rev.to_owned(),
+    })
+}
+
+fn exists(path: &Path) -> Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("inspecting {}", path.display())),
+    }
+}
+
+/// Split a caller-built relative path into components, rejecting anything
+/// that could step outside the tree or be read as rev syntax.
+fn rel_parts(rel: &str, allow_empty: bool) -> Result<Vec<&str>> {
+    if rel.is_empty() {
+        if allow_empty {
+            return Ok(Vec::new());
+        }
+        bail!("empty path");
+    }
+    if rel.starts_with('/') {
+        bail!("path {rel:?} is absolute; expected a path relative to the repo");
+    }
+    let trimmed = rel.strip_suffix('/').unwrap_or(rel);
+    let parts: Vec<&str> = trimmed.split('/').collect();
+    for part in &parts {
+        if part.is_empty() || *part == "." || *part == ".." {
+            bail!("path {rel:?} has an empty, `.` or `..` component");
+        }
+        if part.eq_ignore_ascii_case(".git") {
+            bail!("path {rel:?} points into .git");
+        }
+        if part.chars().any(char::is_control) {
+            bail!("path {rel:?} contains a control character");
+        }
+    }
+    Ok(parts)
+}
+
+fn check_repo_name(name: &str) -> Result<()> {
+    if !valid_repo_name(name) {
+        bail!("invalid repo name {name:?}");
+    }
+    Ok(())
+}
+
+fn check_repo(repo: &RepoRef<'_>) -> Result<()> {
+    check_repo_name(repo.name)?;
+    if !valid_branch_name(repo.main) {
+        bail!("invalid main branch {:?} for repo {}", repo.main, repo.name);
+    }
+    if !valid_remote(repo.remote) {
+        bail!("invalid remote {:?} for repo {}", repo.remote, repo.name);
+    }
+    Ok(())
+}
+
+/// A remote becomes one argument of git: never empty, never read as an option, one line.
+fn valid_remote(remote: &str) -> bool {
+    !remote.is_empty() && !remote.starts_with('-') && !remote.chars().any(char::is_control)
+}
+
+fn check_branch(branch: &str) -> Result<()> {
+    if !valid_branch_name(branch) {
+        bail!("invalid branch name {branch:?}");
+    }
+    Ok(())
+}
+
+/// A work item id becomes one path component.
+fn check_wi(wi: &str) -> Result<()> {
+    if !valid_path_component(wi) {
+        bail!("invalid work item id {wi:?}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

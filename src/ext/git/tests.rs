@@ -1,0 +1,944 @@
+//! Tests of `ext::git` on real git: a bare remote and clones in temp directories.
+
+use tempfile::TempDir;
+
+use super::clone::current_branch;
+use super::*;
+
+const NAME: &str = "demo";
+const ID_NAME: &str = "Orch Test";
+const ID_EMAIL: &str = "orch-test@example.invalid";
+
+/// Run git with our environment in `dir`; panics on failure (tests only).
+fn run(dir: &Path, args: &[&str]) -> String {
+    git_in(dir)
+        .args(args)
+        .checked()
+        .unwrap()
+        .stdout_text()
+        .trim()
+        .to_owned()
+}
+
+/// A bare remote seeded with one commit on main, a scratch clone of it
+/// (`seed`) for making remote-side changes, and a `Git` over `repos/`.
+struct Fx {
+    tmp: TempDir,
+    remote: String,
+    seed: PathBuf,
+    git: Git,
+}
+
+impl Fx {
+    fn new() -> Fx {
+        let tmp = tempfile::tempdir().unwrap();
+        let remote = tmp.path().join("remote.git");
+        let seed = tmp.path().join("seed");
+        let remote_s = remote.to_str().unwrap().to_owned();
+        run(
+            tmp.path(),
+            &["init", "--quiet", "--bare", "-b", "main", &remote_s],
+        );
+        run(
+            tmp.path(),
+            &["clone", "--quiet", &remote_s, seed.to_str().unwrap()],
+        );
+        let fx = Fx {
+            git: Git::new(tmp.path().join("repos")),
+            tmp,
+            remote: remote_s,
+            seed,
+        };
+        run(&fx.seed, &["checkout", "--quiet", "-b", "main"]);
+        fx.write("README.md", "hello\n");
+        fx.write("src/lib.rs", "// lib\n");
+        fx.write("docs/work-items/X-0.md", "# X-0\n");
+        fx.commit_push("main", "seed");
+        fx
+    }
+
+    fn repo(&self) -> RepoRef<'_> {
+        RepoRef {
+            name: NAME,
+            remote: &self.remote,
+            main: "main",
+        }
+    }
+
+    fn write(&self, rel: &str, content: &str) {
+        write_in(&self.seed, rel, content);
+    }
+
+    /// Commit everything in seed and push it to `branch`; returns the sha.
+    fn commit_push(&self, branch: &str, msg: &str) -> String {
+        let sha = commit_in(&self.seed, msg);
+        run(
+            &self.seed,
+            &[
+                "push",
+                "--quiet",
+                "--force",
+                "origin",
+                &format!("HEAD:refs/heads/{branch}"),
+            ],
+        );
+        sha
+    }
+
+    /// Point seed's checkout at `start` on local branch `branch`.
+    fn seed_branch(&self, branch: &str, start: &str) {
+        run(&self.seed, &["fetch", "--quiet", "origin"]);
+        run(&self.seed, &["checkout", "--quiet", "-B", branch, start]);
+    }
+
+    fn locked(&self) -> RepoLock {
+        let lock = self.git.lock(NAME).unwrap();
+        self.git.ensure_clone(&lock, &self.repo()).unwrap();
+        lock
+    }
+
+    fn clone(&self) -> PathBuf {
+        self.git.clone_dir(NAME)
+    }
+}
+
+fn write_in(dir: &Path, rel: &str, content: &str) {
+    let path = dir.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, content).unwrap();
+}
+
+fn commit_in(dir: &Path, msg: &str) -> String {
+    run(dir, &["add", "-A"]);
+    run(
+        dir,
+        &[
+            "-c",
+            &format!("user.name={ID_NAME}"),
+            "-c",
+            &format!("user.email={ID_EMAIL}"),
+            "commit",
+            "--quiet",
+            "-m",
+            msg,
+        ],
+    );
+    run(dir, &["rev-parse", "HEAD"])
+}
+
+fn upstream(wt: &Path) -> Option<String> {
+    let out = git_in(wt)
+        .args(["rev-parse", "--symbolic-full-name", "@{upstream}"])
+        .output()
+        .unwrap();
+    out.success().then(|| out.stdout_text().trim().to_owned())
+}
+
+fn origin(branch: &str) -> Source {
+    Source::Ref(format!("origin/{branch}"))
+}
+
+#[test]
+fn ensure_clone_twice_is_idempotent_and_cleans_a_crashed_attempt() {
+    let fx = Fx::new();
+    // A half clone left by a crash must not get in the way.
+    let stale = fx.git.repos_dir().join("_tmp/demo.clone");
+    fs::create_dir_all(&stale).unwrap();
+    fs::write(stale.join("junk"), "x").unwrap();
+
+    let lock = fx.git.lock(NAME).unwrap();
+    fx.git.ensure_clone(&lock, &fx.repo()).unwrap();
+    let main = run(&fx.seed, &["rev-parse", "HEAD"]);
+    assert_eq!(
+        run(&fx.clone(), &["rev-parse", "refs/remotes/origin/main"]),
+        main
+    );
+    fx.git.ensure_clone(&lock, &fx.repo()).unwrap();
+    assert_eq!(
+        run(&fx.clone(), &["config", "--get-all", "remote.origin.fetch"]),
+        "+refs/heads/*:refs/remotes/origin/*"
+    );
+    assert_eq!(
+        run(&fx.clone(), &["config", "remote.origin.url"]),
+        fx.remote
+    );
+    assert!(!stale.exists());
+    assert_eq!(
+        crate::ext::lock::holder_pid(fx.git.repos_dir().join("demo.lock")),
+        Some(std::process::id())
+    );
+}
+
+#[test]
+fn ensure_clone_refuses_a_foreign_directory() {
+    let fx = Fx::new();
+    let dir = fx.clone();
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("precious"), "x").unwrap();
+    let lock = fx.git.lock(NAME).unwrap();
+    let err = fx.git.ensure_clone(&lock, &fx.repo()).unwrap_err();
+    assert!(format!("{err:#}").contains("not a git clone"), "{err:#}");
+    assert!(dir.join("precious").exists());
+}
+
+#[test]
+fn lock_of_another_repo_is_rejected() {
+    let fx = Fx::new();
+    let other = fx.git.lock("other").unwrap();
+    let err = fx.git.ensure_clone(&other, &fx.repo()).unwrap_err();
+    assert!(err.to_string().contains("lock of repo other"), "{err}");
+    assert!(fx.git.lock("../evil").is_err());
+    assert!(fx.git.lock("a.lock").is_err());
+}
+
+#[test]
+fn fetch_sees_new_remote_commits() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    fx.write("src/new.rs", "x\n");
+    let sha = fx.commit_push("main", "more");
+    fx.git.fetch(&lock, &fx.repo()).unwrap();
+    assert_eq!(fx.git.head(&fx.repo(), &origin("main")).unwrap(), Some(sha));
+}
+
+#[test]
+fn worktree_add_cuts_from_fresh_origin_main_when_branch_is_absent() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    // Main moves after our clone: the new branch must start from it.
+    fx.write("src/later.rs", "x\n");
+    let main = fx.commit_push("main", "later");
+
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
+        .unwrap();
+    assert_eq!(wt, fx.git.worktree_dir(NAME, "X-1"));
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), main);
+    assert_eq!(
+        current_branch(&wt).unwrap().as_deref(),
+        Some("feature/X-1-foo")
+    );
+    assert_eq!(
+        upstream(&wt),
+        None,
+        "a branch cut from main must not track main"
+    );
+    assert!(wt.join("src/later.rs").exists());
+
+    // Again: the same worktree, untouched.
+    write_in(&wt, "scratch.txt", "keep me");
+    let again = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
+        .unwrap();
+    assert_eq!(again, wt);
+    assert!(wt.join("scratch.txt").exists());
+}
+
+#[test]
+fn worktree_add_checks_out_the_remote_branch_as_is() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    fx.seed_branch("feature/X-3", "origin/main");
+    fx.write("src/x3.rs", "x3\n");
+    let tip = fx.commit_push("feature/X-3", "x3 work");
+
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-3", "feature/X-3")
+        .unwrap();
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), tip);
+    assert_eq!(current_branch(&wt).unwrap().as_deref(), Some("feature/X-3"));
+    assert_eq!(
+        upstream(&wt).as_deref(),
+        Some("refs/remotes/origin/feature/X-3")
+    );
+}
+
+#[test]
+fn worktree_add_refuses_a_foreign_non_empty_directory() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let dir = fx.git.worktree_dir(NAME, "X-9");
+    write_in(&dir, "precious", "x");
+    let err = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-9", "feature/X-9")
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("not a worktree"), "{err:#}");
+    assert!(dir.join("precious").exists());
+    assert!(fx.git.worktree_remove(&lock, &fx.repo(), "X-9").is_err());
+    assert!(dir.join("precious").exists());
+
+    // An empty leftover directory is harmless and reused.
+    fs::remove_file(dir.join("precious")).unwrap();
+    fx.git
+        .worktree_add(&lock, &fx.repo(), "X-9", "feature/X-9")
+        .unwrap();
+    assert!(dir.join("README.md").exists());
+}
+
+#[test]
+fn worktree_add_rejects_bad_names() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    for (wi, branch) in [
+        ("../x", "feature/ok"),
+        ("", "feature/ok"),
+        ("X-1", "-f"),
+        ("X-1", "a..b"),
+    ] {
+        assert!(
+            fx.git.worktree_add(&lock, &fx.repo(), wi, branch).is_err(),
+            "{wi} {branch}"
+        );
+    }
+}
+
+#[test]
+fn lookup_order_is_worktree_then_remote_branch_then_main() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-4";
+    assert_eq!(
+        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        origin("main")
+    );
+
+    fx.seed_branch(branch, "origin/main");
+    fx.write("src/x4.rs", "x\n");
+    fx.commit_push(branch, "x4");
+    fx.git.fetch(&lock, &repo).unwrap();
+    assert_eq!(
+        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        origin(branch)
+    );
+
+    let wt = fx.git.worktree_add(&lock, &repo, "X-4", branch).unwrap();
+    assert_eq!(
+        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        Source::Worktree(wt.clone())
+    );
+
+    fx.git.worktree_remove(&lock, &repo, "X-4").unwrap();
+    assert!(!wt.exists());
+    assert_eq!(
+        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        origin(branch)
+    );
+    // Idempotent, and the registration is gone so the path can be reused.
+    fx.git.worktree_remove(&lock, &repo, "X-4").unwrap();
+    fx.git
+        .worktree_remove(&lock, &repo, "never-existed")
+        .unwrap();
+    assert!(!run(&fx.clone(), &["worktree", "list"]).contains("X-4"));
+    fx.git.worktree_add(&lock, &repo, "X-4", branch).unwrap();
+}
+
+#[test]
+fn worktree_remove_discards_a_dirty_worktree() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-5", "feature/X-5")
+        .unwrap();
+    write_in(&wt, "README.md", "changed\n");
+    write_in(&wt, "untracked.txt", "u\n");
+    fx.git.worktree_remove(&lock, &fx.repo(), "X-5").unwrap();
+    assert!(!wt.exists());
+}
+
+#[test]
+fn a_worktree_whose_directory_vanished_is_recreated() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-6", "feature/X-6")
+        .unwrap();
+    fs::remove_dir_all(&wt).unwrap();
+    let again = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-6", "feature/X-6")
+        .unwrap();
+    assert!(again.join("README.md").exists());
+}
+
+#[test]
+fn read_file_gives_the_same_blob_via_worktree_and_ref() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-7", "feature/X-7")
+        .unwrap();
+    let via_wt = Source::Worktree(wt.clone());
+    let via_ref = origin("main");
+
+    let a = fx
+        .git
+        .read_file(&repo, &via_wt, "README.md")
+        .unwrap()
+        .unwrap();
+    let b = fx
+        .git
+        .read_file(&repo, &via_ref, "README.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.bytes, b"hello\n");
+    assert_eq!(
+        a.id,
+        run(
+            &fx.clone(),
+            &["rev-parse", "refs/remotes/origin/main:README.md"]
+        )
+    );
+    assert_eq!(
+        fx.git.blob_id(&repo, &via_wt, "README.md").unwrap(),
+        Some(a.id.clone())
+    );
+    assert_eq!(
+        fx.git.blob_id(&repo, &via_ref, "README.md").unwrap(),
+        Some(a.id)
+    );
+
+    // Edited in the worktree: a different id until committed.
+    write_in(&wt, "README.md", "edited\n");
+    let edited = fx
+        .git
+        .read_file(&repo, &via_wt, "README.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!(edited.bytes, b"edited\n");
+    assert_ne!(edited.id, b.id);
+
+    for source in [&via_wt, &via_ref] {
+        for absent in [
+            "nope.md",
+            "nope/x.md",
+            "README.md/x",
+            "docs/work-items/X-7.md",
+        ] {
+            assert_eq!(
+                fx.git.read_file(&repo, source, absent).unwrap(),
+                None,
+                "{absent}"
+            );
+            assert_eq!(
+                fx.git.blob_id(&repo, source, absent).unwrap(),
+                None,
+                "{absent}"
+            );
+        }
+        assert!(
+            fx.git.read_file(&repo, source, "src").is_err(),
+            "a directory"
+        );
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "./README.md",
+            ".git/config",
+            "a//b",
+        ] {
+            assert!(fx.git.read_file(&repo, source, bad).is_err(), "{bad:?}");
+        }
+    }
+    // A ref that does not exist is an error, not an absent file.
+    assert!(
+        fx.git
+            .read_file(&repo, &origin("nope"), "README.md")
+            .is_err()
+    );
+    assert!(
+        fx.git
+            .read_file(&repo, &Source::Ref("-x".into()), "README.md")
+            .is_err()
+    );
+}
+
+#[test]
+fn symlinks_are_read_as_git_stores_them_not_followed() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-8";
+    let wt = fx.git.worktree_add(&lock, &repo, "X-8", branch).unwrap();
+    let outside = fx.tmp.path().join("outside");
+    write_in(&outside, "secret.md", "secret\n");
+    std::os::unix::fs::symlink(outside.join("secret.md"), wt.join("link.md")).unwrap();
+    std::os::unix::fs::symlink(&outside, wt.join("linkdir")).unwrap();
+    let via_wt = Source::Worktree(wt.clone());
+
+    let link = fx
+        .git
+        .read_file(&repo, &via_wt, "link.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        link.bytes,
+        outside.join("secret.md").to_str().unwrap().as_bytes()
+    );
+    assert_eq!(
+        fx.git
+            .read_file(&repo, &via_wt, "linkdir/secret.md")
+            .unwrap(),
+        None
+    );
+
+    fx.git
+        .commit_all(&wt, "links", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    fx.git.push_branch(&repo, &wt, branch).unwrap();
+    fx.git.fetch(&lock, &repo).unwrap();
+    let via_ref = fx
+        .git
+        .read_file(&repo, &origin(branch), "link.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!(via_ref, link);
+    assert_eq!(
+        fx.git
+            .read_file(&repo, &origin(branch), "linkdir/secret.md")
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn list_dir_lists_files_directly_in_a_directory() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    fx.write("docs/work-items/X-1.md", "1\n");
+    fx.write("docs/work-items/sub/deep.md", "d\n");
+    fx.commit_push("main", "items");
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-10", "feature/X-10")
+        .unwrap();
+    for source in [Source::Worktree(wt.clone()), origin("main")] {
+        assert_eq!(
+            fx.git.list_dir(&repo, &source, "docs/work-items").unwrap(),
+            ["X-0.md", "X-1.md"]
+        );
+        assert_eq!(
+            fx.git.list_dir(&repo, &source, "docs/work-items/").unwrap(),
+            ["X-0.md", "X-1.md"]
+        );
+        assert_eq!(fx.git.list_dir(&repo, &source, "").unwrap(), ["README.md"]);
+        assert!(fx.git.list_dir(&repo, &source, "nope").unwrap().is_empty());
+        assert!(fx.git.list_dir(&repo, &source, "README.md").is_err());
+        assert!(fx.git.list_dir(&repo, &source, "../x").is_err());
+    }
+    // The worktree shows its current files, committed or not.
+    write_in(&wt, "docs/work-items/X-10.md", "new\n");
+    assert_eq!(
+        fx.git
+            .list_dir(&repo, &Source::Worktree(wt), "docs/work-items")
+            .unwrap(),
+        ["X-0.md", "X-1.md", "X-10.md"]
+    );
+}
+
+#[test]
+fn ff_moves_a_clean_worktree_and_leaves_a_dirty_one_alone() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-11";
+    fx.seed_branch(branch, "origin/main");
+    fx.write("src/a.rs", "a\n");
+    fx.commit_push(branch, "a");
+    let wt = fx.git.worktree_add(&lock, &repo, "X-11", branch).unwrap();
+
+    // Nothing to do yet.
+    assert!(
+        !fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
+            .unwrap()
+    );
+
+    // Clean and behind: moves.
+    fx.write("src/b.rs", "b\n");
+    let b = fx.commit_push(branch, "b");
+    fx.git.fetch(&lock, &repo).unwrap();
+    assert!(
+        fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
+            .unwrap()
+    );
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), b);
+    assert!(wt.join("src/b.rs").exists());
+    assert!(
+        !fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
+            .unwrap()
+    );
+
+    // Dirty (untracked file) and behind: untouched.
+    fx.write("src/c.rs", "c\n");
+    fx.commit_push(branch, "c");
+    fx.git.fetch(&lock, &repo).unwrap();
+    write_in(&wt, "notes.txt", "agent scratch\n");
+    assert!(
+        !fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
+            .unwrap()
+    );
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), b);
+    // Dirty (modified tracked file): untouched.
+    fs::remove_file(wt.join("notes.txt")).unwrap();
+    write_in(&wt, "src/a.rs", "changed\n");
+    assert!(
+        !fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
+            .unwrap()
+    );
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), b);
+    assert_eq!(
+        fs::read_to_string(wt.join("src/a.rs")).unwrap(),
+        "changed\n"
+    );
+
+    // Ahead of / diverged from the remote: untouched.
+    run(&wt, &["checkout", "--quiet", "--", "src/a.rs"]);
+    write_in(&wt, "src/local.rs", "l\n");
+    let local = fx
+        .git
+        .commit_all(&wt, "local", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    assert!(
+        !fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
+            .unwrap()
+    );
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), local);
+
+    // No worktree: nothing to do.
+    assert!(
+        !fx.git
+            .ff_worktree_if_clean(&lock, &repo, "X-404", branch)
+            .unwrap()
+    );
+}
+
+#[test]
+fn has_code_change_ignores_docs_only_commits_and_honours_since() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-12";
+    let wt = fx.git.worktree_add(&lock, &repo, "X-12", branch).unwrap();
+    let src = Source::Worktree(wt.clone());
+    let check = |since: Option<&str>| {
+        fx.git
+            .has_code_change(&repo, &src, "origin/main", since, "docs/work-items/")
+            .unwrap()
+    };
+    assert!(!check(None), "no commits of its own");
+
+    write_in(&wt, "docs/work-items/X-12.md", "plan\n");
+    let docs = fx
+        .git
+        .commit_all(&wt, "plan", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    assert!(!check(None), "docs-only commit");
+    // Uncommitted code does not count.
+    write_in(&wt, "src/lib.rs", "// changed\n");
+    assert!(!check(None));
+
+    let code = fx
+        .git
+        .commit_all(&wt, "code", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    assert!(check(None), "src change");
+    assert!(check(Some(&docs)), "src change after stage entry");
+    assert!(!check(Some(&code)), "since is the head");
+    // A since that no longer exists, or is not an ancestor, is ignored.
+    assert!(check(Some("0123456789abcdef0123456789abcdef01234567")));
+    write_in(&wt, "src/dropped.rs", "d\n");
+    let dropped = fx
+        .git
+        .commit_all(&wt, "dropped", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    run(&wt, &["reset", "--quiet", "--hard", "HEAD~1"]);
+    assert!(
+        check(Some(&dropped)),
+        "since is a descendant, not an ancestor"
+    );
+    let main = run(&wt, &["rev-parse", "refs/remotes/origin/main"]);
+    fx.write("src/main-only.rs", "m\n");
+    let newer_main = fx.commit_push("main", "main moves");
+    fx.git.fetch(&lock, &repo).unwrap();
+    assert!(check(Some(&newer_main)));
+    // Excluding nothing, the docs commit alone counts too.
+    assert!(
+        fx.git
+            .has_code_change(&repo, &src, "origin/main", Some(&main), "")
+            .unwrap()
+    );
+    assert!(
+        !fx.git
+            .has_code_change(&repo, &src, "origin/main", Some(&code), "")
+            .unwrap()
+    );
+
+    // Merging main (which changed code) into the branch is not the
+    // branch changing code.
+    run(
+        &wt,
+        &[
+            "-c",
+            &format!("user.name={ID_NAME}"),
+            "-c",
+            &format!("user.email={ID_EMAIL}"),
+            "merge",
+            "--quiet",
+            "--no-edit",
+            "--no-ff",
+            "refs/remotes/origin/main",
+        ],
+    );
+    assert!(!check(Some(&code)), "merge of main");
+
+    // Same answer through the pushed ref.
+    fx.git.push_branch(&repo, &wt, branch).unwrap();
+    fx.git.fetch(&lock, &repo).unwrap();
+    let via_ref = origin(branch);
+    assert!(
+        fx.git
+            .has_code_change(&repo, &via_ref, "origin/main", None, "docs/work-items")
+            .unwrap()
+    );
+    assert!(
+        !fx.git
+            .has_code_change(
+                &repo,
+                &via_ref,
+                "origin/main",
+                Some(&code),
+                "docs/work-items"
+            )
+            .unwrap()
+    );
+    assert!(
+        fx.git
+            .has_code_change(&repo, &via_ref, "origin/nope", None, "docs/work-items")
+            .is_err()
+    );
+    assert!(
+        fx.git
+            .has_code_change(&repo, &via_ref, "origin/main", None, "../x")
+            .is_err()
+    );
+}
+
+#[test]
+fn commit_all_commits_only_when_something_changed() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-13", "feature/X-13")
+        .unwrap();
+    assert_eq!(
+        fx.git
+            .commit_all(&wt, "nothing", ID_NAME, ID_EMAIL)
+            .unwrap(),
+        None
+    );
+
+    write_in(&wt, "src/new.rs", "n\n");
+    let msg = "-starts with a dash\n\n# not a comment\n`$(echo no shell)`";
+    let sha = fx
+        .git
+        .commit_all(&wt, msg, "Ada L", "ada@example.invalid")
+        .unwrap()
+        .unwrap();
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), sha);
+    assert_eq!(
+        run(&wt, &["log", "-1", "--format=%an <%ae>|%cn <%ce>"]),
+        "Ada L <ada@example.invalid>|Ada L <ada@example.invalid>"
+    );
+    assert_eq!(run(&wt, &["log", "-1", "--format=%B"]), msg);
+    assert_eq!(run(&wt, &["status", "--porcelain"]), "");
+    assert_eq!(
+        fx.git.commit_all(&wt, "again", ID_NAME, ID_EMAIL).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn push_refuses_main_and_pushes_work_branches() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-14";
+    let wt = fx.git.worktree_add(&lock, &repo, "X-14", branch).unwrap();
+    write_in(&wt, "src/x.rs", "x\n");
+    let sha = fx
+        .git
+        .commit_all(&wt, "x", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+
+    for refused in ["main", "master"] {
+        let err = fx.git.push_branch(&repo, &wt, refused).unwrap_err();
+        assert!(err.to_string().contains("refusing"), "{err}");
+    }
+    let trunk = RepoRef {
+        main: "trunk",
+        ..repo
+    };
+    assert!(fx.git.push_branch(&trunk, &wt, "trunk").is_err());
+    assert!(fx.git.push_branch(&repo, &wt, "-f").is_err());
+    assert!(!fx.git.branch_exists_remote(&repo, branch).unwrap());
+
+    fx.git.push_branch(&repo, &wt, branch).unwrap();
+    assert!(fx.git.branch_exists_remote(&repo, branch).unwrap());
+    assert!(
+        !fx.git.branch_exists_remote(&repo, "X-14").unwrap(),
+        "exact name only"
+    );
+    let remote_tip = run(
+        &fx.seed,
+        &["ls-remote", "origin", &format!("refs/heads/{branch}")],
+    );
+    assert!(remote_tip.starts_with(&sha), "{remote_tip}");
+    // main on the remote is untouched.
+    assert_eq!(
+        run(&fx.seed, &["ls-remote", "origin", "refs/heads/main"])
+            .split('\t')
+            .next(),
+        Some(run(&fx.seed, &["rev-parse", "HEAD"]).as_str())
+    );
+}
+
+#[test]
+fn push_failure_names_the_command_and_git_stderr() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-15";
+    fx.seed_branch(branch, "origin/main");
+    fx.write("src/remote.rs", "r\n");
+    fx.commit_push(branch, "remote side");
+    fx.git.fetch(&lock, &repo).unwrap();
+    // A worktree cut from main, diverging from the remote branch.
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-15", "other/X-15")
+        .unwrap();
+    write_in(&wt, "src/local.rs", "l\n");
+    fx.git.commit_all(&wt, "local", ID_NAME, ID_EMAIL).unwrap();
+    let err = format!("{:#}", fx.git.push_branch(&repo, &wt, branch).unwrap_err());
+    assert!(
+        err.contains("push --no-verify --quiet origin HEAD:refs/heads/feature/X-15`"),
+        "{err}"
+    );
+    assert!(err.contains("failed (exit 1)"), "{err}");
+    assert!(err.contains("rejected"), "{err}");
+}
+
+#[test]
+fn ls_remote_lists_heads_without_a_clone_and_answers_for_a_missing_remote() {
+    let fx = Fx::new();
+    let main = run(&fx.seed, &["rev-parse", "HEAD"]);
+    let out = remote::ls_remote(fx.tmp.path(), &fx.remote, "-o BatchMode=yes").unwrap();
+    assert!(out.success(), "{}", out.diagnostic_tail());
+    assert_eq!(out.stdout_text(), format!("{main}\trefs/heads/main\n"));
+    assert!(!fx.git.clone_dir(NAME).exists(), "ls_remote made a clone");
+
+    let gone = fx.tmp.path().join("gone.git");
+    let out = remote::ls_remote(fx.tmp.path(), gone.to_str().unwrap(), "").unwrap();
+    assert!(!out.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not appear to be a git repository"),
+        "{}",
+        out.diagnostic_tail()
+    );
+    for bad in ["", "-uhack", "a\nb"] {
+        assert!(
+            remote::ls_remote(fx.tmp.path(), bad, "").is_err(),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn branch_name_rules_agree_with_git() {
+    let names = [
+        "main",
+        "feature/X-1-foo",
+        "a.b",
+        "a/b/c",
+        "x@y",
+        "ümlaut",
+        "a-",
+        "@a",
+        "a.lockx",
+        "",
+        "a..b",
+        "a b",
+        "a~b",
+        "a^b",
+        "a:b",
+        "a?b",
+        "a*b",
+        "a[b",
+        "a\\b",
+        "a\tb",
+        "a\u{7f}b",
+        "/a",
+        "a/",
+        "a//b",
+        ".a",
+        "a/.b",
+        "a.",
+        "a.lock",
+        "a.lock/b",
+        "a@{b",
+    ];
+    // Same verdict as git itself (our extra rules aside).
+    let tmp = tempfile::tempdir().unwrap();
+    for name in &names {
+        if ["-x", "HEAD", "@"].contains(name) {
+            continue;
+        }
+        let git_says = Cmd::new("git")
+            .args(["check-ref-format", &format!("refs/heads/{name}")])
+            .cwd(tmp.path())
+            .output()
+            .unwrap()
+            .success();
+        assert_eq!(valid_branch_name(name), git_says, "{name:?}");
+    }
+}
+
+#[test]
+fn refs_and_names_are_validated() {
+    assert_eq!(rev_arg("origin/main").unwrap(), "refs/remotes/origin/main");
+    assert_eq!(rev_arg("refs/tags/v1").unwrap(), "refs/tags/v1");
+    assert_eq!(rev_arg("0123abcd").unwrap(), "0123abcd");
+    for bad in ["-x", "a:b", "HEAD^", "a..b", "@{-1}", ""] {
+        assert!(rev_arg(bad).is_err(), "{bad}");
+    }
+    assert!(check_wi("X-1").is_ok());
+    for bad in ["", ".", "..", "a/b", "-x"] {
+        assert!(check_wi(bad).is_err(), "{bad}");
+    }
+}

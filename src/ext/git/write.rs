@@ -1,0 +1,92 @@
+//! Commits in a worktree: `commit_all` (everything an agent left, for the supervisor) and
+//! `commit_paths` (only the given paths, for a runner's report), both through `commit_in`. They
+//! run in the task's worktree and take no repo lock. The author is passed with `-c user.*` (the
+//! identity variables are scrubbed) and the message through stdin, so any text is safe.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use super::read::rev_parse_commit;
+use super::{Git, git_in, rel_parts};
+
+impl Git {
+    /// Stage everything in `worktree` (`git add -A`) and commit it as
+    /// `name <email>` if anything is staged. Returns the new commit's sha,
+    /// or `None` when there was nothing to commit. The message goes through
+    /// stdin, so any text is safe.
+    pub fn commit_all(
+        &self,
+        worktree: &Path,
+        message: &str,
+        name: &str,
+        email: &str,
+    ) -> Result<Option<String>> {
+        commit_in(worktree, None, message, name, email)
+    }
+
+    /// Commit only `paths` (relative to the worktree) as `name <email>`, leaving anything else
+    /// in the worktree as it is. `None` when those paths had no change.
+    pub fn commit_paths(
+        &self,
+        worktree: &Path,
+        paths: &[&str],
+        message: &str,
+        name: &str,
+        email: &str,
+    ) -> Result<Option<String>> {
+        for p in paths {
+            rel_parts(p, false)?;
+        }
+        commit_in(worktree, Some(paths), message, name, email)
+    }
+}
+
+/// Stage `paths` (everything when `None`) and commit them as `name <email>` if anything is
+/// staged; the message goes through stdin, so any text is safe.
+fn commit_in(
+    worktree: &Path,
+    paths: Option<&[&str]>,
+    message: &str,
+    name: &str,
+    email: &str,
+) -> Result<Option<String>> {
+    let ctx = || format!("committing in {}", worktree.display());
+    let only: &[&str] = paths.unwrap_or(&[]);
+    let add = match paths {
+        Some(_) => git_in(worktree).args(["add", "--"]).args(only),
+        None => git_in(worktree).args(["add", "-A"]),
+    };
+    add.checked().with_context(ctx)?;
+    let diff = git_in(worktree)
+        .args(["diff", "--cached", "--quiet", "--"])
+        .args(only);
+    let out = diff.output().with_context(ctx)?;
+    match out.code {
+        Some(0) => return Ok(None),
+        Some(1) => {}
+        _ => return Err(diff.failure(&out)).with_context(ctx),
+    }
+    git_in(worktree)
+        .arg("-c")
+        .arg(format!("user.name={name}"))
+        .arg("-c")
+        .arg(format!("user.email={email}"))
+        .args([
+            "commit",
+            "--no-verify",
+            "--no-gpg-sign",
+            "--quiet",
+            "-F",
+            "-",
+            "--",
+        ])
+        .args(only)
+        .stdin(message.as_bytes())
+        .checked()
+        .with_context(ctx)?;
+    match rev_parse_commit(worktree, "HEAD").with_context(ctx)? {
+        Some(sha) => Ok(Some(sha)),
+        None => bail!("{}: no HEAD after committing", ctx()),
+    }
+}
