@@ -152,7 +152,7 @@ TARGET_RATIO = 1.5
 DBS = ("large", "small", "control")
 TEN_YEARS = 10 * 365 * 86_400
 TERMINAL = ("done", "cancelled")
-# Stages the reconciler never looks at (SPEC: analysis is a human gate, created has no gate).
+# Stages the reconciler never looks at (design §4.3: analysis is a human gate, created has no gate).
 NO_RECONCILE = ("created", "analysis")
 
 

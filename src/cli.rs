@@ -108,14 +108,14 @@ pub enum Command {
         #[arg(long)]
         plan: bool,
     },
-    /// Run the repo's test contract for a task, classify, report, and advance (SPEC 6.1)
+    /// Run the repo's test contract for a task, classify, report, and advance (design §6.1)
     RunTests {
         work_item: String,
         /// Dry check: report under the state dir and one `checked` history row; no commit, job or stage change
         #[arg(long)]
         no_advance: bool,
     },
-    /// Run the repo's staging contract for a task, classify, report, and advance (SPEC 6.2)
+    /// Run the repo's staging contract for a task, classify, report, and advance (design §6.2)
     RunStaging {
         work_item: String,
         /// Dry check: report under the state dir and one `checked` history row; no commit, job or stage change

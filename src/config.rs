@@ -1,4 +1,4 @@
-//! `orch.yaml` plus `ORCH_*` overrides, loaded and validated once per command (SPEC §11).
+//! `orch.yaml` plus `ORCH_*` overrides, loaded and validated once per command (design §11).
 //! Validation checks types and values and names the key and the file; it deliberately does not
 //! check that programs, remotes or services exist (that is `orch doctor`'s job).
 
@@ -225,7 +225,7 @@ pub struct SandboxCfg {
     pub allowed_projects: Vec<String>,
 }
 
-/// Timings of the scheduler (SPEC §4.3, §4.4).
+/// Timings of the scheduler (design §4.3, §4.4).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerCfg {
@@ -341,7 +341,7 @@ impl Config {
         self.chat.as_ref().filter(|c| c.kind == "telegram")
     }
 
-    /// Every variable named by a `*_env` key of the config (SPEC §9): the secrets no child may
+    /// Every variable named by a `*_env` key of the config (design §9): the secrets no child may
     /// inherit.
     pub fn secret_env_names(&self) -> Vec<String> {
         [&self.tracker, &self.forge, &self.chat]

@@ -1,4 +1,4 @@
-//! The exit-code contract of SPEC §12 and the one typed error that carries it. Everything else
+//! The exit-code contract of design §12 and the one typed error that carries it. Everything else
 //! is `anyhow`; an error without an `Exit` inside maps to exit 1 (runtime error).
 
 use std::fmt;

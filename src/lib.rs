@@ -2,7 +2,7 @@
 //!
 //! `run` parses the command line, sets up logging, loads the config, builds the `Ctx`,
 //! dispatches to one `cmd::*` adapter, prints the error chain and maps it to the exit-code
-//! contract of SPEC §12. Nothing below it calls `std::process::exit`.
+//! contract of design §12. Nothing below it calls `std::process::exit`.
 
 pub mod cli;
 pub mod cmd;

@@ -1,4 +1,4 @@
-//! `orch approve <WI>`: the human approval of the analysis (SPEC §3.5).
+//! `orch approve <WI>`: the human approval of the analysis (design §3.5).
 
 use anyhow::Result;
 

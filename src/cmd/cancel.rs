@@ -1,4 +1,4 @@
-//! `orch cancel <WI>` (STOP, SPEC §3.6).
+//! `orch cancel <WI>` (STOP, design §3.6).
 
 use anyhow::Result;
 

@@ -1,4 +1,4 @@
-//! `orch confirm-deploy <WI>`: the only trigger of a production deploy (SPEC §3.5).
+//! `orch confirm-deploy <WI>`: the only trigger of a production deploy (design §3.5).
 
 use anyhow::Result;
 

@@ -1,4 +1,4 @@
-//! `orch freeze <repo> --reason TEXT` (SPEC §3.7).
+//! `orch freeze <repo> --reason TEXT` (design §3.7).
 
 use anyhow::Result;
 

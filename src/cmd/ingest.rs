@@ -1,5 +1,5 @@
 //! `orch ingest plane|gitea [--header 'Name: value']… [--body FILE]` and
-//! `orch ingest --replay <delivery-id> [plane|gitea]` (SPEC §8).
+//! `orch ingest --replay <delivery-id> [plane|gitea]` (design §8).
 
 use std::io::Read;
 

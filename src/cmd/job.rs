@@ -1,4 +1,4 @@
-//! `orch job run <id>`: the supervisor of one job attempt (SPEC §4.4).
+//! `orch job run <id>`: the supervisor of one job attempt (design §4.4).
 
 use anyhow::Result;
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! `orch outbox [--failed]`: the pending and failed outbound effects (SPEC §9), and the
+//! `orch outbox [--failed]`: the pending and failed outbound effects (design §9), and the
 //! best-effort delivery that follows every command that may have queued some.
 
 use anyhow::Result;

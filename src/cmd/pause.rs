@@ -1,4 +1,4 @@
-//! `orch pause <WI> --reason TEXT [--before STAGE]` (SPEC §3.7).
+//! `orch pause <WI> --reason TEXT [--before STAGE]` (design §3.7).
 
 use anyhow::Result;
 

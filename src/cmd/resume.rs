@@ -1,4 +1,4 @@
-//! `orch resume <WI>` (SPEC §3.7).
+//! `orch resume <WI>` (design §3.7).
 
 use anyhow::Result;
 

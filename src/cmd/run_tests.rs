@@ -1,4 +1,4 @@
-//! `orch run-tests <WI> [--no-advance]` and `orch run-staging <WI> [--no-advance]` (SPEC §6):
+//! `orch run-tests <WI> [--no-advance]` and `orch run-staging <WI> [--no-advance]` (design §6):
 //! one adapter for both runners, which share their use-case.
 
 use anyhow::Result;

@@ -1,4 +1,4 @@
-//! `orch serve [--listen ADDR]`: run the webhook shim until SIGTERM or SIGINT (SPEC §8).
+//! `orch serve [--listen ADDR]`: run the webhook shim until SIGTERM or SIGINT (design §8).
 
 use anyhow::Result;
 

@@ -1,4 +1,4 @@
-//! `orch tick [--plan]`: one scheduler pass (SPEC §4.3).
+//! `orch tick [--plan]`: one scheduler pass (design §4.3).
 
 use anyhow::Result;
 

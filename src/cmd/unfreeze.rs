@@ -1,4 +1,4 @@
-//! `orch unfreeze <repo>` (SPEC §3.7).
+//! `orch unfreeze <repo>` (design §3.7).
 
 use anyhow::Result;
 

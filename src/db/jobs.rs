@@ -88,7 +88,7 @@ pub fn insert(c: &Connection, j: &NewJob<'_>, now: Ts) -> Result<JobId> {
     Ok(JobId(c.last_insert_rowid()))
 }
 
-/// Leaving a stage: its queued jobs are cancelled as `superseded` (SPEC §4.1). A running job
+/// Leaving a stage: its queued jobs are cancelled as `superseded` (design §4.1). A running job
 /// finishes; its own advance is then a compare-and-swap no-op.
 pub fn supersede_queued(c: &Connection, task: TaskId, stage: Stage, now: Ts) -> Result<usize> {
     Ok(c.execute(
@@ -169,7 +169,7 @@ pub fn get(c: &Connection, id: JobId) -> Result<Option<JobRow>> {
 }
 
 /// Claim one queued job: `queued → running`, attempts + 1. Returns the new attempt number, or
-/// `None` when another claimer got it first (the row guard of SPEC §4.2).
+/// `None` when another claimer got it first (the row guard of design §4.2).
 pub fn claim(c: &Connection, id: JobId, now: Ts) -> Result<Option<u32>> {
     use rusqlite::OptionalExtension;
     Ok(c

@@ -1,4 +1,4 @@
-//! The transition lease (one row per task) and the merge lease (one row per repo), SPEC §5.
+//! The transition lease (one row per task) and the merge lease (one row per repo), design §5.
 //! Rows record who holds them as a process identity; whether that owner is alive is decided by
 //! `domain::liveness` over facts from `ext::sys`, never here.
 

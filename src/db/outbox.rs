@@ -1,4 +1,4 @@
-//! Queries on the `outbox` (SPEC §9) and the small tables the outbound clients keep beside it:
+//! Queries on the `outbox` (design §9) and the small tables the outbound clients keep beside it:
 //! the tracker's states per project (a cache with a TTL), the reconciler's forge polls, and the
 //! numbers a tracker comment quotes from `agent_runs`.
 //!

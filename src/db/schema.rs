@@ -5,7 +5,7 @@
 //! (claim, queue, tick) proportional to the number of *live* rows, not to history.
 
 pub const MIGRATIONS: &[&str] = &[
-    // 1: the tables of SPEC §10.
+    // 1: the tables of design §10.
     r#"
 CREATE TABLE tasks (
     id                  INTEGER PRIMARY KEY,
@@ -188,14 +188,14 @@ CREATE TABLE lessons (
     at      INTEGER NOT NULL
 );
 
--- The dispatch breaker (SPEC §4.2 rule 6): one row, open while `open_until` is in the future.
+-- The dispatch breaker (design §4.2 rule 6): one row, open while `open_until` is in the future.
 CREATE TABLE breaker (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
     open_until INTEGER NOT NULL,
     reason     TEXT NOT NULL
 );
 "#,
-    // 2: outbound integrations (SPEC §9): the tracker issue a task mirrors, ordered outbox
+    // 2: outbound integrations (design §9): the tracker issue a task mirrors, ordered outbox
     // delivery, the tracker's state names per project (a cache), the reconciler's forge polls.
     r#"
 ALTER TABLE tasks ADD COLUMN tracker_ref TEXT;   -- the tracker's issue id (Plane), when known
@@ -222,7 +222,7 @@ CREATE TABLE ci_polls (
     polled_at INTEGER NOT NULL
 );
 "#,
-    // 3: the webhook inbox (SPEC §8): the work item a delivery acted on, the size of the body as
+    // 3: the webhook inbox (design §8): the work item a delivery acted on, the size of the body as
     // received (a rejected body is stored cut), the row a replay re-drove, and the lookup of
     // `orch ingest --replay <delivery-id>` without a source.
     r#"

@@ -1,4 +1,4 @@
-//! The append-only transition history (SPEC §3.3): one row per decision, in §12's words.
+//! The append-only transition history (design §3.3): one row per decision, in §12's words.
 
 use anyhow::Result;
 use rusqlite::{Connection, params};

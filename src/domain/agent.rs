@@ -1,4 +1,4 @@
-//! How an agent run is set up and read back (SPEC §4.4), as pure functions: model and effort
+//! How an agent run is set up and read back (design §4.4), as pure functions: model and effort
 //! resolution with validation, the argv template, the agent's final `result` JSON, usage-limit
 //! detection and the retry backoff. Launching the process is `ext::proc`'s job.
 
@@ -141,7 +141,7 @@ pub fn is_usage_limit(result: Option<&AgentResult>, output_tail: &str) -> bool {
 }
 
 /// Retry delay after failed attempt `n` (1-based): `min(base · 2^(n−1), 1 h)` plus up to 10 %
-/// jitter derived from `seed` (so callers stay deterministic in tests). SPEC §4.4's base is 60 s.
+/// jitter derived from `seed` (so callers stay deterministic in tests). design §4.4's base is 60 s.
 pub fn backoff_s(base: u64, n: u32, seed: u64) -> i64 {
     let delay = (base as i64)
         .saturating_mul(1i64 << n.saturating_sub(1).min(20))

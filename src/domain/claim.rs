@@ -1,4 +1,4 @@
-//! Claim eligibility (SPEC §4.2): why a queued job may not be claimed now. One pure function
+//! Claim eligibility (design §4.2): why a queued job may not be claimed now. One pure function
 //! serves `orch queue`, `orch why` and the claim of `orch tick`, so what the operator is told is
 //! exactly what the scheduler does. The facts are gathered by `ops::queue`; nothing here reads
 //! the database or the clock.
@@ -88,7 +88,7 @@ pub struct Global<'a> {
     pub breaker: Option<(Ts, &'a str)>,
 }
 
-/// The first reason (in the order of SPEC §4.2) that keeps the job from being claimed, or
+/// The first reason (in the order of design §4.2) that keeps the job from being claimed, or
 /// `None` when it is claimable now.
 pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
     let w = |reason, detail: String| Some(Wait { reason, detail });

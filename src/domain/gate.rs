@@ -1,4 +1,4 @@
-//! Exit gates and the decision `orch advance` applies (SPEC §3.1–§3.4, §3.7 breakpoints).
+//! Exit gates and the decision `orch advance` applies (design §3.1–§3.4, §3.7 breakpoints).
 //! Pure: `ops::advance` gathers the facts (artifact bytes and blob ids from git, approvals and
 //! CI status from the database), this module decides, and `ops::advance` applies the decision
 //! with compare-and-swap writes.
@@ -159,7 +159,7 @@ fn verdict_gate(stage: Stage, facts: &GateFacts) -> GateResult {
     }
 }
 
-/// The text a rollback embeds in the next developer prompt (SPEC §3.3).
+/// The text a rollback embeds in the next developer prompt (design §3.3).
 pub fn feedback_of(stage: Stage, bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let body = body_of(&text);
@@ -368,7 +368,7 @@ pub struct Contracts {
     pub merge: bool,
 }
 
-/// Whether `stage` is passed as "not applicable" for a repo with these contracts (SPEC §3.1):
+/// Whether `stage` is passed as "not applicable" for a repo with these contracts (design §3.1):
 /// no staging contract, or no deploy contract.
 pub fn not_applicable(stage: Stage, contracts: Contracts) -> Option<&'static str> {
     match stage {
@@ -445,7 +445,7 @@ pub fn forward(
     }
 }
 
-/// Rollback or block after a verdict failure (SPEC §3.3): `retries` is the count so far.
+/// Rollback or block after a verdict failure (design §3.3): `retries` is the count so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailPlan {
     RollBack { new_retries: u32 },

@@ -1,4 +1,4 @@
-//! The words of the transition history (SPEC §3.3, §12): who acted (`Actor`) and what came of it
+//! The words of the transition history (design §3.3, §12): who acted (`Actor`) and what came of it
 //! (`Outcome`). Both are stored as lower-case text and parsed back into these enums, so no code
 //! outside this file compares history words as strings.
 
@@ -102,7 +102,7 @@ impl Outcome {
         }
     }
 
-    /// The exit code of a command whose result is this outcome (SPEC §12): a recorded gesture
+    /// The exit code of a command whose result is this outcome (design §12): a recorded gesture
     /// or check is a success; a "no" is 3, "try later" 4, "needs a human" 5.
     pub fn code(self) -> Code {
         match self {

@@ -1,5 +1,5 @@
 //! Identifiers that come from outside (command line, tracker, config) and the rules that
-//! validate them before they reach SQL, git or a path (SPEC §9). Pure; the patterns are written
+//! validate them before they reach SQL, git or a path (design §9). Pure; the patterns are written
 //! out by hand because they are small and a regex engine would cost start-up time.
 
 use std::fmt;
@@ -66,7 +66,7 @@ pub fn valid_prefix(p: &str) -> bool {
 }
 
 /// A task reference typed by an operator: a work item, or its tombstone form
-/// `SHOP-7#cancelled-12` (SPEC §3.6).
+/// `SHOP-7#cancelled-12` (design §3.6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskRef {
     WorkItem(WorkItem),

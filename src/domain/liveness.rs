@@ -1,5 +1,5 @@
 //! Liveness of a recorded process: is the process that owns a lease, a job or an agent run still
-//! the one that was recorded? (SPEC §5.2)
+//! the one that was recorded? (design §5.2)
 //!
 //! A process identity is live when it was recorded on the current boot, `/proc/<pid>/stat` still
 //! exists, the process is not a zombie, and its start time (clock ticks since boot) equals the

@@ -1,5 +1,5 @@
 //! The job prompt (`jobs.prompt`, handed to the agent on stdin): what the task is and, after a
-//! rollback, exactly what went wrong, embedded verbatim with the artifact path (SPEC §3.3).
+//! rollback, exactly what went wrong, embedded verbatim with the artifact path (design §3.3).
 //! Pure text assembly; the role's system prompt lives in `commands/<role>.md`.
 
 use crate::domain::stage::{Role, Stage};

@@ -1,4 +1,4 @@
-//! The deterministic runners' decisions (SPEC §6): how a test or staging run is classified
+//! The deterministic runners' decisions (design §6): how a test or staging run is classified
 //! (the code passed / the code failed / the environment is broken / the infrastructure
 //! hiccuped), what follows from the class and the transient budget, the report each writes in
 //! the frontmatter contract the gates read, and the shell quoting of the ssh wrapper. Pure: the
@@ -39,7 +39,7 @@ impl Class {
     }
 }
 
-/// The staging suite's default environment markers (SPEC §6.2): text on stderr that means the
+/// The staging suite's default environment markers (design §6.2): text on stderr that means the
 /// suite could not run at all.
 pub const STAGING_MARKERS: [&str; 6] = [
     "command not found",
@@ -57,7 +57,7 @@ fn marker_in<'a>(stderr: &str, markers: &'a [String]) -> Option<&'a str> {
         .find(|m| !m.is_empty() && stderr.contains(m))
 }
 
-/// The test suite (SPEC §6.1). `smoke_failure` is `Some` when the suite passed but a smoke
+/// The test suite (design §6.1). `smoke_failure` is `Some` when the suite passed but a smoke
 /// check did not.
 pub fn classify_tests(
     exit: &Exit,
@@ -94,7 +94,7 @@ pub fn classify_tests(
     }
 }
 
-/// The staging suite (SPEC §6.2), in the order given there.
+/// The staging suite (design §6.2), in the order given there.
 pub fn classify_staging(
     exit: &Exit,
     stderr: &str,
@@ -143,7 +143,7 @@ pub enum Kind {
     Staging,
 }
 
-/// What the runner does after classifying (SPEC §3.3 and §6).
+/// What the runner does after classifying (design §3.3 and §6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Write the report with this verdict and advance.
@@ -186,7 +186,7 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// `ssh -o BatchMode=yes -o ConnectTimeout=10 <user>@<host> <quoted argv>` (SPEC §6.2).
+/// `ssh -o BatchMode=yes -o ConnectTimeout=10 <user>@<host> <quoted argv>` (design §6.2).
 pub fn ssh_wrap(user: &str, host: &str, argv: &[String]) -> Vec<String> {
     let remote: Vec<String> = argv.iter().map(|a| sh_quote(a)).collect();
     vec![

@@ -1,4 +1,4 @@
-//! The sandbox guard (SPEC §9) and the outbox's notion of a target, as pure functions.
+//! The sandbox guard (design §9) and the outbox's notion of a target, as pure functions.
 //!
 //! Every outbox row names its target as `<service>:<project>`: `plane:<project id>` (tracker),
 //! `gitea:<owner>/<name>` (forge API), `git:<repo name>` (a plain git remote), or

@@ -1,5 +1,5 @@
 //! The pipeline's vocabulary: stages, roles, job statuses, tracks, and the stage table of
-//! SPEC §3.1 as one `match`. Pure data; it does not know how a gate is evaluated against git
+//! design §3.1 as one `match`. Pure data; it does not know how a gate is evaluated against git
 //! or the database (that is `domain::gate` over facts gathered by `ops`).
 
 use std::fmt;
@@ -49,7 +49,7 @@ pub enum Track {
     Bug,
 }
 
-/// The exit gate of a stage (SPEC §3.1).
+/// The exit gate of a stage (design §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateKind {
     /// `created`: the pipeline starts.

@@ -1,4 +1,4 @@
-//! The environment a child of `orch` gets (SPEC §9, "Children"): the parent's environment minus
+//! The environment a child of `orch` gets (design §9, "Children"): the parent's environment minus
 //! a denylist, plus the variables `orch` sets.
 //!
 //! Responsible for: dropping every variable named by a `*_env` key of the config, every variable

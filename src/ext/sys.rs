@@ -1,5 +1,5 @@
 //! The operating system's view of processes: the boot id, `/proc/<pid>/stat`, process identities
-//! to record, liveness checks, and terminating a recorded process group (SPEC §4.3, §5.2).
+//! to record, liveness checks, and terminating a recorded process group (design §4.3, §5.2).
 //!
 //! It gathers facts and hands them to the pure rules in `crate::domain::liveness`; it makes no
 //! decision of its own beyond refusing to signal what it cannot verify. It spawns nothing (that is

@@ -1,5 +1,5 @@
 //! `orch advance`: evaluate the exit gate of the task's current stage and apply exactly one
-//! decision (SPEC §3.3, §5, §12). Gather (git, under the repo lock) → decide (`domain::gate`) →
+//! decision (design §3.3, §5, §12). Gather (git, under the repo lock) → decide (`domain::gate`) →
 //! apply (one `BEGIN IMMEDIATE` transaction of compare-and-swap stage writes, superseded jobs,
 //! the next job, and one history row per hop). The transition lease is held across all three,
 //! so two actors never apply the same edge.

@@ -81,7 +81,7 @@ pub fn enqueue(
     )
 }
 
-/// Append one history row and queue its tracker mirror (SPEC §3.3, §9).
+/// Append one history row and queue its tracker mirror (design §3.3, §9).
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     ctx: &Ctx,

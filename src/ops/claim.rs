@@ -1,4 +1,4 @@
-//! The claim (SPEC §4.2): inside one `BEGIN IMMEDIATE` transaction, gather the live world and
+//! The claim (design §4.2): inside one `BEGIN IMMEDIATE` transaction, gather the live world and
 //! claim queued jobs FIFO by id while `domain::claim::wait_reason` — the very function behind
 //! `orch queue` and `orch why` — says they are claimable. Each claim is also a row guard
 //! (`WHERE status = 'queued'`), so two tick processes can never claim one job twice.

@@ -1,4 +1,4 @@
-//! Gathers the facts an exit gate reads (SPEC §3.2): fetch the repo clone, fast-forward a clean
+//! Gathers the facts an exit gate reads (design §3.2): fetch the repo clone, fast-forward a clean
 //! task worktree, pick where to look (worktree → `origin/<task branch>` → `origin/<main>`), and
 //! read the artifacts the current stage needs. All of it under the repo's `flock`. Deciding is
 //! `domain::gate`'s job.

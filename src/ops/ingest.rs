@@ -1,4 +1,4 @@
-//! Webhook ingest (SPEC §8): one delivery from the tracker (Plane) or the forge (Gitea) is
+//! Webhook ingest (design §8): one delivery from the tracker (Plane) or the forge (Gitea) is
 //! size-checked and signature-checked on its raw bytes, deduplicated against earlier *accepted*
 //! deliveries of the same source, parsed, routed to one use-case (task add, approve,
 //! confirm-deploy, cancel, advance, merge-lease release), and stored in the inbox with its

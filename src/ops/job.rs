@@ -1,4 +1,4 @@
-//! `orch job run <id>` — the supervisor of one job attempt (SPEC §4.4). Started detached by
+//! `orch job run <id>` — the supervisor of one job attempt (design §4.4). Started detached by
 //! `orch tick` (or by hand): prepares the task worktree, launches the agent in its own process
 //! group with the scrubbed environment, watches it (wall-clock and inactivity timeouts, the
 //! final `result` line), records the run, and then either commits + pushes + advances as the
@@ -69,7 +69,7 @@ impl std::fmt::Display for AttemptOutcome {
     }
 }
 
-/// The compiled-in role prompts (SPEC §2: `commands/<role>.md`).
+/// The compiled-in role prompts (design §2: `commands/<role>.md`).
 pub fn builtin_prompt(role: Role) -> &'static str {
     match role {
         Role::Analyst => include_str!("../../commands/analyst.md"),
@@ -538,7 +538,7 @@ fn finish_agent_run(
     Ok(report(AttemptOutcome::Done, rep.reason.clone(), Some(rep)))
 }
 
-/// `ci.mode: command` (SPEC §3.4): run the check in the worktree and record it as the CI status
+/// `ci.mode: command` (design §3.4): run the check in the worktree and record it as the CI status
 /// of the branch head, where the development gate reads it.
 fn run_ci_command(
     ctx: &Ctx,

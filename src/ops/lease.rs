@@ -1,4 +1,4 @@
-//! Transition-lease ownership (SPEC §5.2) as a value: `TransitionLease` is held while a
+//! Transition-lease ownership (design §5.2) as a value: `TransitionLease` is held while a
 //! transition is applied and released when dropped, errors and panics included. Also the
 //! liveness view of every lease for `orch lease list` / `orch lease release`.
 

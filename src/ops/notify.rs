@@ -1,4 +1,4 @@
-//! What to send on which event (SPEC §9): the tracker mirror of every transition of a linked
+//! What to send on which event (design §9): the tracker mirror of every transition of a linked
 //! task (a Plane state and a comment), chat alerts, and the remote branch delete of a cancel.
 //! Each is an outbox row inserted with the caller's transaction, so the effect commits or rolls
 //! back with the state change that causes it; `ops::outbox` delivers it later.
@@ -123,7 +123,7 @@ fn plane_cfg(ctx: &Ctx) -> Option<&ServiceCfg> {
         .filter(|t| t.base_url.is_some() && t.workspace.is_some() && t.token_env.is_some())
 }
 
-/// Queue the tracker mirror of one history row of `task` (SPEC §9): a state and a comment, for
+/// Queue the tracker mirror of one history row of `task` (design §9): a state and a comment, for
 /// tasks linked to a tracker issue of a repo with a `plane_project`. Called by
 /// `advance::record` (and the override) inside their write transaction.
 pub fn on_transition(ctx: &Ctx, tx: &Connection, task: &TaskRow, hop: &Hop<'_>) -> Result<()> {
@@ -372,7 +372,7 @@ pub fn alert_html(task: Option<&TaskRow>, text: &str) -> String {
     }
 }
 
-/// Cancel cascade (SPEC §3.6): queue the delete of the task's remote feature branch, through
+/// Cancel cascade (design §3.6): queue the delete of the task's remote feature branch, through
 /// the forge API when a Gitea forge is configured, else with `git push --delete`. Never a main
 /// branch. Called inside the cancel's write transaction.
 pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow) -> Result<()> {

@@ -1,4 +1,4 @@
-//! Delivering the outbox (SPEC §9): every due row is claimed by a fenced update, checked against
+//! Delivering the outbox (design §9): every due row is claimed by a fenced update, checked against
 //! the sandbox guard, performed through its client (Plane, Gitea, git, Telegram), and marked
 //! `done` with its result, or backed off `min(30 s · 2^(n−1), 1 h)` with the error, or `failed`
 //! after 20 attempts (or at once when the service refused the request itself).

@@ -1,4 +1,4 @@
-//! `orch run-tests` and `orch run-staging` (SPEC §6): run the repo's test or staging contract in
+//! `orch run-tests` and `orch run-staging` (design §6): run the repo's test or staging contract in
 //! the task worktree, classify the outcome honestly (`domain::runner`), and apply it — a report
 //! committed as the runner and an advance as `tester`/`deployer`, a hold for a broken
 //! environment, a deferral (with a budget counted in the database) for an infrastructure hiccup.
@@ -35,7 +35,7 @@ pub struct RunReport {
     pub schema_version: u32,
     pub work_item: String,
     pub runner: &'static str,
-    /// `advanced`, `rolled-back`, `blocked`, `held`, `deferred`, `checked`, … (SPEC §12 words).
+    /// `advanced`, `rolled-back`, `blocked`, `held`, `deferred`, `checked`, … (design §12 words).
     pub outcome: Outcome,
     pub class: &'static str,
     pub verdict: Option<&'static str>,
@@ -142,7 +142,7 @@ fn exit_of(e: &Ending) -> Exit {
     }
 }
 
-/// Read-only smoke GETs (SPEC §6.1): each retried up to 3 times 1 s apart on a connection
+/// Read-only smoke GETs (design §6.1): each retried up to 3 times 1 s apart on a connection
 /// failure; a wrong status or a missing substring fails at once.
 fn smoke(repo: &RepoCfg) -> (Vec<SmokeLine>, Option<String>) {
     let Some(t) = &repo.tests else {
@@ -265,7 +265,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         Exit::Code(c) => Some(c),
         Exit::Signal(_) | Exit::TimedOut | Exit::SpawnError { .. } => None,
     };
-    // One structured line per decision (SPEC §6, item 6).
+    // One structured line per decision (design §6, item 6).
     info!(
         work_item = %task.work_item,
         runner = runner_name,
@@ -531,7 +531,7 @@ fn apply_report(
     Ok(())
 }
 
-/// Whether the supervisor should run a runner instead of an agent for this job (SPEC §4.4
+/// Whether the supervisor should run a runner instead of an agent for this job (design §4.4
 /// step 2).
 pub fn intercept(role: Role, stage: Stage, repo: &RepoCfg) -> Option<Kind> {
     if role == Role::Tester && stage == Stage::Testing && repo.tests.is_some() {

@@ -1,5 +1,5 @@
 //! The human gestures on tasks and repos: add (create + start), approve, confirm-deploy,
-//! cancel, pause, resume, freeze, unfreeze (SPEC §3.5–§3.7). Each validates its input first and
+//! cancel, pause, resume, freeze, unfreeze (design §3.5–§3.7). Each validates its input first and
 //! changes nothing when it is bad; each state change is one write transaction with its history
 //! row.
 
@@ -304,7 +304,7 @@ pub fn confirm_deploy(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
     })
 }
 
-/// `orch cancel` (STOP), SPEC §3.6.
+/// `orch cancel` (STOP), design §3.6.
 pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result<Gesture> {
     let task = ctx.task(&parse_ref(wi)?)?;
     if task.stage.is_terminal() {

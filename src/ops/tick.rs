@@ -1,4 +1,4 @@
-//! `orch tick` — one scheduler pass (SPEC §4.3): tick lock, reap dead supervisors, reclaim dead
+//! `orch tick` — one scheduler pass (design §4.3): tick lock, reap dead supervisors, reclaim dead
 //! leases, poll the forge for lost CI webhooks, reconcile stuck tasks whose gate already
 //! decided, claim and launch detached supervisors, drain the outbox. Each step is isolated: one
 //! bad task is logged and skipped, the pass goes on. `--plan` computes the same and changes
@@ -127,7 +127,7 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
     rep.actions.extend(reclaim_rep);
     rep.actions.extend(rec_rep);
     rep.actions.extend(launch_rep);
-    // Step 6: deliver the outbox (SPEC §9), best effort within a time budget.
+    // Step 6: deliver the outbox (design §9), best effort within a time budget.
     if plan {
         match crate::ops::outbox::due_count(ctx) {
             Ok(0) => {}
@@ -296,7 +296,7 @@ const CI_POLL_EVERY_S: i64 = 60;
 /// At most this many forge polls per pass, so a tick stays fast.
 const CI_POLLS_PER_TICK: usize = 20;
 
-/// Step 3b, lost-webhook recovery (SPEC §9): for each idle `development` task of a repo with
+/// Step 3b, lost-webhook recovery (design §9): for each idle `development` task of a repo with
 /// `ci.mode: status`, ask the forge for the combined status of the branch head (at most once a
 /// minute per task) and record it into `ci_status`; step 4 then advances or rolls back as if
 /// the webhook had come. A forge that does not answer ends the polling for this pass.
@@ -471,7 +471,7 @@ fn reconcile(ctx: &Ctx, plan: bool, n: &mut u32, out: &mut Vec<String>) -> Resul
     Ok(())
 }
 
-/// A cancel requested during an irreversible step (SPEC §3.6) applies once no live owner holds
+/// A cancel requested during an irreversible step (design §3.6) applies once no live owner holds
 /// the task's transition lease any more.
 fn apply_requested_cancel(
     ctx: &Ctx,

@@ -20,7 +20,7 @@ pub struct Why {
     pub work_item: String,
     pub stage: String,
     /// One keyword: `running`, `queued`, `claimable`, `gate`, `confirm`, `paused`, `blocked`,
-    /// `held`, `done`, `cancelled`, plus the claim reasons of SPEC §4.2.
+    /// `held`, `done`, `cancelled`, plus the claim reasons of design §4.2.
     pub waits_for: String,
     pub paragraph: String,
 }

@@ -48,7 +48,7 @@ impl Identity {
 }
 
 /// Make sure the task worktree exists: created on the task's first job from fresh
-/// `origin/<main>`, or checked out as it is when the remote already has the branch (SPEC §4.4).
+/// `origin/<main>`, or checked out as it is when the remote already has the branch (design §4.4).
 pub fn ensure(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
     let git = Git::new(&ctx.config.repos_dir);
     let lock = git.lock(&repo.name)?;
@@ -62,7 +62,7 @@ pub fn ensure(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
 }
 
 /// The environment of a child working in the task's worktree (an agent, a suite, a CI
-/// command): this process's environment scrubbed of secrets (SPEC §9), plus `ORCH_SANDBOX=1`,
+/// command): this process's environment scrubbed of secrets (design §9), plus `ORCH_SANDBOX=1`,
 /// `ORCH_WORK_ITEM` and the caller's `extra` variables.
 pub fn child_env(ctx: &Ctx, task: &TaskRow, extra: &[(&str, String)]) -> Vec<(OsString, OsString)> {
     let mut set = vec![

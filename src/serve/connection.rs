@@ -1,5 +1,5 @@
 //! One client connection of `orch serve`, on its own thread: read a request head, run the checks
-//! of SPEC §8 in order (method and path 404/405, declared size 413 before any body byte is read
+//! of design §8 in order (method and path 404/405, declared size 413 before any body byte is read
 //! and without `100 Continue`, then the body itself: 413 past the limit, 408 past the deadline),
 //! answer what needs no database (`/health`), hand the rest to the worker pool, and write the
 //! answer; keep-alive until the client closes or idles out.

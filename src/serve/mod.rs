@@ -1,4 +1,4 @@
-//! `orch serve`: the minimal webhook shim of SPEC §8. `POST /webhook/plane` and
+//! `orch serve`: the minimal webhook shim of design §8. `POST /webhook/plane` and
 //! `POST /webhook/gitea` run the same ingest code path as `orch ingest`, in-process; `GET /health`,
 //! `GET /queue` (the `orch queue --json` document) and `GET /metrics` read the state.
 //!

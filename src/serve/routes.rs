@@ -1,5 +1,5 @@
 //! The five routes of `orch serve` and what each answers: `route` maps a method and path to a
-//! [`Route`] (the first check of SPEC §8: 404, 405 with `Allow`), and [`answer`] computes the
+//! [`Route`] (the first check of design §8: 404, 405 with `Allow`), and [`answer`] computes the
 //! reply of a complete request from a worker's context: a webhook goes to `ops::ingest` (the
 //! same code path as `orch ingest`), `/queue` to `ops::queue`, `/metrics` to [`super::metrics`].
 //!

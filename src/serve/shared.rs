@@ -11,7 +11,7 @@ use super::routes::Route;
 
 /// Requests handled against the database at once; each worker holds one SQLite connection.
 pub const WORKERS: usize = 8;
-/// The largest webhook body accepted (SPEC §8).
+/// The largest webhook body accepted (design §8).
 pub const BODY_LIMIT: usize = 1 << 20;
 /// How long a client may take to send a whole body once its head is in.
 pub const BODY_DEADLINE: Duration = Duration::from_secs(10);

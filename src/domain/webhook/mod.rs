@@ -1,5 +1,5 @@
 //! Webhook deliveries from the tracker (Plane) and the forge (Gitea), decided without I/O
-//! (SPEC §8, §9): header lookup, the delivery id, the HMAC-SHA256 signature check over the raw
+//! (design §8, §9): header lookup, the delivery id, the HMAC-SHA256 signature check over the raw
 //! bytes, header redaction, and the parsing of the documented payload shapes into typed,
 //! validated events, plus the routing decisions over plain facts (which repo, which work item,
 //! which gesture).
@@ -29,7 +29,7 @@ pub use self::plane::{
     plane_target, title_from_name,
 };
 
-/// The largest body accepted (SPEC §8).
+/// The largest body accepted (design §8).
 pub const MAX_BODY: usize = 1 << 20;
 /// How much of a rejected body is kept in the inbox.
 pub const MAX_REJECTED_BODY: usize = 64 << 10;

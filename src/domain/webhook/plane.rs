@@ -188,7 +188,7 @@ pub fn plane_target(
     Ok((idx, wi))
 }
 
-/// The tracker states that act (SPEC §8).
+/// The tracker states that act (design §8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlaneState {
     ToAnalyse,
@@ -232,7 +232,7 @@ pub fn plane_action(state: &PlaneState, wi: &WorkItem, stage: Option<Stage>) -> 
         (PlaneState::Other(name), _) => {
             ignore(format!("state `{}` has no action", printable(name)))
         }
-        // A cancelled id is tombstoned and may be started again from scratch (SPEC §3.6).
+        // A cancelled id is tombstoned and may be started again from scratch (design §3.6).
         (PlaneState::ToAnalyse, None | Some(Stage::Cancelled)) => PlaneAction::Start,
         (PlaneState::ToAnalyse, Some(Stage::Done)) => {
             ignore(format!("`{wi}` is already done; not started again"))

@@ -9,7 +9,7 @@
 //!   long-lived child (an agent, a test or staging suite, a CI command) in its own process group
 //!   under a wall-clock timeout, an optional inactivity timeout and an optional end marker,
 //!   streams its output to a log file while keeping bounded tails in memory, and always kills the
-//!   whole group before it returns, so no grandchild outlives the run (SPEC §4.4, §6).
+//!   whole group before it returns, so no grandchild outlives the run (design §4.4, §6).
 //! - [`spawn_detached`] (`detached.rs`) starts a process in a session of its own and does not
 //!   wait for it (the tick launching a supervisor).
 //!

@@ -4,7 +4,7 @@
 //! leader to exit while watching a wall-clock timeout, an optional inactivity timeout and an
 //! optional end marker with its linger grace. A passed deadline sends SIGTERM to the group and,
 //! after the grace, SIGKILL; whatever happened, the whole group is SIGKILLed before it returns,
-//! so no grandchild outlives the run (SPEC §4.4, §6).
+//! so no grandchild outlives the run (design §4.4, §6).
 //!
 //! The helper threads that move bytes (the output pumps, the stdin feeder) are in `pipes.rs`;
 //! this file owns the child, the deadlines and the signals, and has no `unsafe` code.
