@@ -30,6 +30,7 @@ pub struct Config {
     pub chat: Option<ServiceCfg>,
     pub sandbox: SandboxCfg,
     pub scheduler: SchedulerCfg,
+    pub git: GitCfg,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -50,6 +51,8 @@ struct RawConfig {
     sandbox: SandboxCfg,
     #[serde(default)]
     scheduler: SchedulerCfg,
+    #[serde(default)]
+    git: GitCfg,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -246,6 +249,35 @@ impl Default for SchedulerCfg {
             retry_backoff_s: default_retry_backoff(),
         }
     }
+}
+
+/// Bounds on orch's own git commands (design §3.2): one stalled fetch must not hold a repo's
+/// lock, and every supervisor of that repo, for hours.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitCfg {
+    /// Every git command is killed (with what it started) after this long.
+    #[serde(default = "default_git_timeout")]
+    pub timeout_s: u64,
+    /// How long to wait for a repo's lock before giving up (the work is deferred, exit 4).
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout_s: u64,
+}
+
+impl Default for GitCfg {
+    fn default() -> Self {
+        GitCfg {
+            timeout_s: default_git_timeout(),
+            lock_timeout_s: default_lock_timeout(),
+        }
+    }
+}
+
+fn default_git_timeout() -> u64 {
+    300
+}
+fn default_lock_timeout() -> u64 {
+    600
 }
 
 fn default_agent_argv() -> Vec<String> {
@@ -499,6 +531,7 @@ fn finish(
         chat: raw.chat,
         sandbox: raw.sandbox,
         scheduler: raw.scheduler,
+        git: raw.git,
     };
     validate(&cfg)?;
     Ok(cfg)
@@ -552,6 +585,8 @@ fn validate(cfg: &Config) -> Result<()> {
         "scheduler.reaper_max_running_s".into(),
         cfg.scheduler.reaper_max_running_s,
     )?;
+    at_least_one("git.timeout_s".into(), cfg.git.timeout_s)?;
+    at_least_one("git.lock_timeout_s".into(), cfg.git.lock_timeout_s)?;
     for (role, rc) in cfg.agent.roles.iter() {
         role.parse::<crate::domain::stage::Role>()
             .map_err(|e| bad(format!("agent.roles.{role}"), e.to_string()))?;
@@ -768,6 +803,8 @@ mod tests {
                 "scheduler: {reaper_max_running_s: 0}\n",
                 "scheduler.reaper_max_running_s",
             ),
+            ("git: {timeout_s: 0}\n", "git.timeout_s"),
+            ("git: {lock_timeout_s: 0}\n", "git.lock_timeout_s"),
         ] {
             let e = load_str(yaml).unwrap_err().to_string();
             assert!(e.contains(key), "{yaml:?}: {e}");

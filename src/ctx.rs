@@ -7,6 +7,8 @@
 //! long-lived process (the supervisor, a runner) builds a fresh `Ctx` with `reopen` when it
 //! needs a new clock and connection for its final advance.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 
 use crate::cli;
@@ -15,6 +17,7 @@ use crate::db::{self, Db, tasks::TaskRow};
 use crate::domain::ids::TaskRef;
 use crate::domain::time::Ts;
 use crate::error::usage;
+use crate::ext::git::Git;
 
 /// Everything a command needs, built once and passed as `&Ctx`.
 pub struct Ctx {
@@ -87,6 +90,16 @@ impl Ctx {
                 task.work_item, task.repo
             ))
         })
+    }
+
+    /// Git over the configured clones, with the config's bounds (`git.timeout_s`,
+    /// `git.lock_timeout_s`).
+    pub fn git(&self) -> Git {
+        let g = &self.config.git;
+        Git::new(&self.config.repos_dir).with_limits(
+            Duration::from_secs(g.timeout_s),
+            Duration::from_secs(g.lock_timeout_s),
+        )
     }
 
     /// A write transaction that lends the context immutably alongside it.

@@ -7,7 +7,7 @@
 //!
 //! Deliberately not here: deleting lock files (unlinking a flock file
 //! races: a waiter would end up holding a lock on an inode nobody else can
-//! open, so the files stay), shared locks, and lock timeouts. The pid is
+//! open, so the files stay) and shared locks. The pid is
 //! for diagnostics only; the lock itself is the flock, never the pid.
 //!
 //! flock locks belong to the open file description: two `FileLock`s on the
@@ -18,6 +18,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::errno::Errno;
@@ -44,6 +45,23 @@ impl FileLock {
                     return Err(errno).with_context(|| format!("locking {}", path.display()));
                 }
             }
+        }
+    }
+
+    /// Wait for the lock on `path` at most `limit`; `Ok(None)` if it did not come free.
+    /// (`flock` has no timeout of its own, so this polls a non-blocking attempt, slowly enough
+    /// to cost nothing and quickly enough that a released lock is taken within 50 ms.)
+    pub fn acquire_within(path: impl AsRef<Path>, limit: Duration) -> Result<Option<FileLock>> {
+        let path = path.as_ref();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(l) = FileLock::try_acquire(path)? {
+                return Ok(Some(l));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -138,7 +138,18 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
         }
     };
 
-    let view = gather::open(ctx, &task, &repo)?;
+    let view = match gather::open(ctx, &task, &repo) {
+        Ok(v) => v,
+        // The repo stayed locked past its deadline: nothing was decided, try later.
+        Err(e) if crate::error::code_of(&e) == crate::error::Code::Busy => {
+            let reason = format!("deferred: {e:#}");
+            if !req.dry_run {
+                record_alone(ctx, &task, req.actor, Outcome::Deferred, &reason)?;
+            }
+            return Ok(report(Outcome::Deferred, task.stage, reason));
+        }
+        Err(e) => return Err(e),
+    };
     let facts = gather::facts(ctx, &task, &repo, &view)?;
     let result = gate::evaluate(task.stage, &facts);
     info!(work_item = %task.work_item, stage = %task.stage, "gate: {result:?}");

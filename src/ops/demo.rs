@@ -66,7 +66,7 @@ pub fn build_world(dir: &Path) -> Result<PathBuf> {
             b"#!/bin/sh\n# The project's test suite: the greeting must exist.\nset -e\ntest -s src/greeting.txt\necho '1 passed, 0 failed'\n",
         ),
     ];
-    git::remote::seed_remote(
+    git::Git::new(dir).seed_remote(
         &remote,
         &dir.join("seed"),
         "main",

@@ -69,7 +69,7 @@ fn supervisor_of(j: &JobRow) -> Option<ProcIdentity> {
 
 fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
     let now = ctx.now;
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     let active = db::tasks::active(c)?;
     let live = db::jobs::live(c)?;
     let mut by_id: HashMap<i64, TaskRow> = active.iter().map(|t| (t.id.0, t.clone())).collect();

@@ -17,9 +17,7 @@ use crate::ext::git::{Git, RepoLock, RepoRef, Source};
 /// for the next stage come from the same state the gate saw.
 pub struct GitView {
     git: Git,
-    name: String,
-    remote: String,
-    main: String,
+    repo: RepoCfg,
     pub source: Source,
     work_item: String,
     _lock: RepoLock,
@@ -27,11 +25,7 @@ pub struct GitView {
 
 impl GitView {
     fn repo(&self) -> RepoRef<'_> {
-        RepoRef {
-            name: &self.name,
-            remote: &self.remote,
-            main: &self.main,
-        }
+        self.repo.git_ref()
     }
 
     pub fn artifact_path(&self, file: &str) -> String {
@@ -88,7 +82,7 @@ impl GitView {
 
 /// Lock, fetch, fast-forward, and pick the source for `task`.
 pub fn open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     let lock = git.lock(&repo.name)?;
     open_locked(ctx, task, repo, git, lock)
 }
@@ -96,7 +90,7 @@ pub fn open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
 /// Like `open`, but `None` at once when the repo lock is busy (the tick skips the task for this
 /// pass instead of waiting behind a supervisor's git work).
 pub fn try_open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     match git.try_lock(&repo.name)? {
         Some(lock) => open_locked(ctx, task, repo, git, lock).map(Some),
         None => Ok(None),
@@ -110,11 +104,7 @@ fn open_locked(
     git: Git,
     lock: RepoLock,
 ) -> Result<GitView> {
-    let r = RepoRef {
-        name: &repo.name,
-        remote: &repo.remote,
-        main: &repo.main,
-    };
+    let r = repo.git_ref();
     git.ensure_clone(&lock, &r)
         .with_context(|| format!("cloning repo `{}` from `{}`", repo.name, repo.remote))?;
     git.fetch(&lock, &r)
@@ -122,9 +112,7 @@ fn open_locked(
     git.ff_worktree_if_clean(&lock, &r, &task.base_work_item, &task.branch)?;
     let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
     Ok(GitView {
-        name: repo.name.clone(),
-        remote: repo.remote.clone(),
-        main: repo.main.clone(),
+        repo: repo.clone(),
         git,
         source,
         work_item: task.base_work_item.clone(),
@@ -135,21 +123,15 @@ fn open_locked(
 /// Like `open`, but never touches the network and never creates a clone: `None` when the repo
 /// has not been cloned yet. For read-only views (`orch task show`).
 pub fn open_local(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     if !git.clone_dir(&repo.name).join(".git").exists() {
         return Ok(None);
     }
-    let r = RepoRef {
-        name: &repo.name,
-        remote: &repo.remote,
-        main: &repo.main,
-    };
+    let r = repo.git_ref();
     let lock = git.lock(&repo.name)?;
     let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
     Ok(Some(GitView {
-        name: repo.name.clone(),
-        remote: repo.remote.clone(),
-        main: repo.main.clone(),
+        repo: repo.clone(),
         git,
         source,
         work_item: task.base_work_item.clone(),

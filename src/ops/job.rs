@@ -19,11 +19,13 @@ use crate::domain::history::Actor;
 use crate::domain::ids::JobId;
 use crate::domain::stage::{JobStatus, Role, Stage};
 use crate::error::{Code, exit, usage};
-use crate::ext::git::Git;
 use crate::ext::proc::{self, Ending, RunOutcome, Spec};
 use crate::ext::sys;
 use crate::ops::advance;
 use crate::ops::worktree::{self, Identity};
+
+/// A job that found its repo busy is tried again this much later, at no cost in attempts.
+const BUSY_RETRY_S: i64 = 30;
 
 /// What the supervisor did, for its log and exit code.
 #[derive(Debug)]
@@ -185,6 +187,34 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
     let _g = span.enter();
     match supervise(ctx, &job, attempt, &task) {
         Ok(r) => Ok(r),
+        // A busy repo (its lock not free in time) is no fault of the job: try again later
+        // without spending the attempt.
+        Err(e) if crate::error::code_of(&e) == Code::Busy => {
+            let detail = format!("{e:#}");
+            info!("deferred: {detail}");
+            let requeued = ctx.db.write(|tx| {
+                db::jobs::requeue(
+                    tx,
+                    id,
+                    attempt,
+                    crate::ctx::now() + BUSY_RETRY_S,
+                    &detail,
+                    true,
+                )
+            })?;
+            Ok(JobReport {
+                job: id,
+                work_item: task.work_item.clone(),
+                role: job.role,
+                status: if requeued {
+                    AttemptOutcome::Queued
+                } else {
+                    AttemptOutcome::Stale
+                },
+                detail,
+                advance: None,
+            })
+        }
         Err(e) => {
             // Anything that went wrong around the agent (git, config) spends the attempt.
             warn!("job failed before or after the agent: {e:#}");
@@ -546,7 +576,7 @@ fn run_ci_command(
     repo: &RepoCfg,
     worktree: &std::path::Path,
 ) -> Result<()> {
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     let head = git
         .head(
             &repo.git_ref(),

@@ -396,19 +396,14 @@ fn plane_state(ctx: &Ctx, http: &Http, p: &StatePayload) -> Result<String, CallE
 }
 
 fn git_delete(ctx: &Ctx, p: &DeleteBranchPayload) -> Result<String, CallError> {
-    use crate::ext::git::{Git, RepoRef};
     let Some(repo) = ctx.config.repo(&p.repo) else {
         return Err(CallError::Permanent(format!(
             "repo `{}` is not in the config",
             p.repo
         )));
     };
-    let git = Git::new(&ctx.config.repos_dir);
-    let r = RepoRef {
-        name: &repo.name,
-        remote: &repo.remote,
-        main: &repo.main,
-    };
+    let git = ctx.git();
+    let r = repo.git_ref();
     let transient = |e: anyhow::Error| config_error(format!("{e:#}"));
     // Never wait behind a supervisor's git work: try again next pass.
     let Some(lock) = git.try_lock(&repo.name).map_err(transient)? else {

@@ -16,7 +16,7 @@ use crate::domain::ids::{self, JobId, TaskRef, WorkItem, printable};
 use crate::domain::liveness::{Liveness, ProcIdentity};
 use crate::domain::stage::{Role, Stage, Track};
 use crate::error::{Code, exit, usage};
-use crate::ext::{git, sys};
+use crate::ext::sys;
 use crate::ops::advance;
 use crate::ops::apply::{enqueue, record, record_here, role_on_entry};
 
@@ -421,15 +421,11 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
 }
 
 fn remove_worktree(ctx: &Ctx, repo: &crate::config::RepoCfg, wi: &str) -> Result<()> {
-    let g = git::Git::new(&ctx.config.repos_dir);
+    let g = ctx.git();
     if !g.worktree_dir(&repo.name, wi).exists() {
         return Ok(());
     }
-    let r = git::RepoRef {
-        name: &repo.name,
-        remote: &repo.remote,
-        main: &repo.main,
-    };
+    let r = repo.git_ref();
     let lock = g.lock(&repo.name)?;
     g.worktree_remove(&lock, &r, wi)
         .with_context(|| format!("removing the worktree of `{wi}`"))

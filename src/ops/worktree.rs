@@ -19,7 +19,6 @@ use crate::domain::ids::{TaskRef, WorkItem};
 use crate::domain::stage::{Role, Stage};
 use crate::error::usage;
 use crate::ext::env;
-use crate::ext::git::Git;
 use crate::ops::advance::{self, Request};
 
 /// A git author orch commits as; no global git identity is needed.
@@ -50,7 +49,7 @@ impl Identity {
 /// Make sure the task worktree exists: created on the task's first job from fresh
 /// `origin/<main>`, or checked out as it is when the remote already has the branch (design §4.4).
 pub fn ensure(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     let lock = git.lock(&repo.name)?;
     let r = repo.git_ref();
     git.ensure_clone(&lock, &r)
@@ -87,7 +86,7 @@ pub fn commit(
     message: &str,
     who: &Identity,
 ) -> Result<Option<String>> {
-    let git = Git::new(&ctx.config.repos_dir);
+    let git = ctx.git();
     match paths {
         None => git.commit_all(worktree, message, &who.name, &who.email),
         Some(p) => git.commit_paths(worktree, p, message, &who.name, &who.email),
@@ -96,7 +95,7 @@ pub fn commit(
 
 /// Push the task branch from its worktree (never a main branch: `ext::git` refuses).
 pub fn push(ctx: &Ctx, repo: &RepoCfg, task: &TaskRow, worktree: &Path) -> Result<()> {
-    Git::new(&ctx.config.repos_dir)
+    ctx.git()
         .push_branch(&repo.git_ref(), worktree, &task.branch)
         .with_context(|| format!("pushing `{}`", task.branch))
 }

@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use super::read::{is_ancestor, rev_parse_commit};
-use super::{Git, RepoLock, RepoRef, check_branch, check_wi, exists, git_in, remote_ref};
+use super::{Git, RepoLock, RepoRef, check_branch, check_wi, exists, remote_ref};
 
 impl Git {
     /// Make sure `<repos_dir>/<name>` is a clone of `repo.remote` with the
@@ -42,7 +41,7 @@ impl Git {
                 fs::remove_dir_all(&tmp)
                     .with_context(|| format!("removing stale {}", tmp.display()))?;
             }
-            git_in(&self.repos_dir)
+            self.git_in(&self.repos_dir)
                 .args(["clone", "--no-checkout", "--"])
                 .arg(repo.remote)
                 .arg(&tmp)
@@ -52,12 +51,12 @@ impl Git {
                 format!("moving {} into place at {}", tmp.display(), dir.display())
             })?;
         }
-        git_in(&dir)
+        self.git_in(&dir)
             .args(["config", "remote.origin.url"])
             .arg(repo.remote)
             .checked()
             .with_context(|| format!("setting origin URL of repo {}", repo.name))?;
-        git_in(&dir)
+        self.git_in(&dir)
             .args([
                 "config",
                 "--replace-all",
@@ -73,7 +72,8 @@ impl Git {
     pub fn fetch(&self, lock: &RepoLock, repo: &RepoRef<'_>) -> Result<()> {
         self.check(lock, repo)?;
         let clone = self.require_clone(repo)?;
-        fetch_in(&clone).with_context(|| format!("fetching repo {}", repo.name))
+        self.fetch_in(&clone)
+            .with_context(|| format!("fetching repo {}", repo.name))
     }
 
     /// The worktree of `wi` on `branch`, created if needed; returns its path.
@@ -100,7 +100,7 @@ impl Git {
 
         if exists(&dir)? {
             if self.is_worktree_of(&clone, &dir)? {
-                let current = current_branch(&dir).with_context(ctx)?;
+                let current = self.current_branch(&dir).with_context(ctx)?;
                 if current.as_deref() != Some(branch) {
                     tracing::warn!(
                         worktree = %dir.display(),
@@ -116,18 +116,18 @@ impl Git {
 
         // Registrations whose directories vanished would make `worktree add`
         // refuse the path.
-        git_in(&clone)
+        self.git_in(&clone)
             .args(["worktree", "prune"])
             .checked()
             .with_context(ctx)?;
-        fetch_in(&clone).with_context(ctx)?;
+        self.fetch_in(&clone).with_context(ctx)?;
 
         let remote_branch = remote_ref(branch);
-        let (start, track) = if rev_parse_commit(&clone, &remote_branch)?.is_some() {
+        let (start, track) = if self.rev_parse_commit(&clone, &remote_branch)?.is_some() {
             (remote_branch, "--track")
         } else {
             let main = remote_ref(repo.main);
-            if rev_parse_commit(&clone, &main)?.is_none() {
+            if self.rev_parse_commit(&clone, &main)?.is_none() {
                 bail!(
                     "{}: neither origin/{branch} nor origin/{} exists in {}",
                     ctx(),
@@ -140,7 +140,7 @@ impl Git {
         if let Some(parent) = dir.parent() {
             fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
-        git_in(&clone)
+        self.git_in(&clone)
             .args(["worktree", "add", track, "-B", branch, "--"])
             .arg(&dir)
             .arg(&start)
@@ -161,7 +161,7 @@ impl Git {
         let have_clone = exists(&clone)?;
         if exists(&dir)? {
             if have_clone && self.is_worktree_of(&clone, &dir)? {
-                git_in(&clone)
+                self.git_in(&clone)
                     .args(["worktree", "remove", "--force", "--"])
                     .arg(&dir)
                     .checked()
@@ -171,7 +171,7 @@ impl Git {
             }
         }
         if have_clone {
-            git_in(&clone)
+            self.git_in(&clone)
                 .args(["worktree", "prune"])
                 .checked()
                 .with_context(ctx)?;
@@ -200,11 +200,12 @@ impl Git {
         if !exists(&clone)? || !exists(&dir)? || !self.is_worktree_of(&clone, &dir)? {
             return Ok(false);
         }
-        if current_branch(&dir).with_context(ctx)?.as_deref() != Some(branch) {
+        if self.current_branch(&dir).with_context(ctx)?.as_deref() != Some(branch) {
             tracing::debug!(worktree = %dir.display(), branch, "not on the branch; not fast-forwarding");
             return Ok(false);
         }
-        let status = git_in(&dir)
+        let status = self
+            .git_in(&dir)
             .args(["status", "--porcelain", "--untracked-files=normal"])
             .checked()
             .with_context(ctx)?;
@@ -212,17 +213,20 @@ impl Git {
             tracing::debug!(worktree = %dir.display(), "dirty; not fast-forwarding");
             return Ok(false);
         }
-        let Some(target) = rev_parse_commit(&dir, &remote_ref(branch)).with_context(ctx)? else {
+        let Some(target) = self
+            .rev_parse_commit(&dir, &remote_ref(branch))
+            .with_context(ctx)?
+        else {
             return Ok(false);
         };
-        let Some(head) = rev_parse_commit(&dir, "HEAD").with_context(ctx)? else {
+        let Some(head) = self.rev_parse_commit(&dir, "HEAD").with_context(ctx)? else {
             return Ok(false);
         };
-        if head == target || !is_ancestor(&dir, &head, &target).with_context(ctx)? {
+        if head == target || !self.is_ancestor(&dir, &head, &target).with_context(ctx)? {
             return Ok(false);
         }
         // Merge the sha we checked, not the ref, which a fetch may move.
-        git_in(&dir)
+        self.git_in(&dir)
             .args(["merge", "--ff-only", "--no-edit"])
             .arg(&target)
             .checked()
@@ -231,7 +235,7 @@ impl Git {
     }
 
     fn is_clone(&self, dir: &Path) -> Result<bool> {
-        Ok(match repo_paths(dir)? {
+        Ok(match self.repo_paths(dir)? {
             Some((top, _)) => top == canonical(dir)?,
             None => false,
         })
@@ -243,59 +247,12 @@ impl Git {
         if !exists(&dir.join(".git"))? {
             return Ok(false);
         }
-        Ok(match repo_paths(dir)? {
+        Ok(match self.repo_paths(dir)? {
             Some((top, common)) => {
                 top == canonical(dir)? && common == canonical(&clone.join(".git"))?
             }
             None => false,
         })
-    }
-}
-
-fn fetch_in(clone: &Path) -> Result<()> {
-    git_in(clone)
-        .args(["fetch", "--prune", "--quiet", "origin"])
-        .checked()?;
-    Ok(())
-}
-
-/// The branch checked out in `dir`, `None` when HEAD is detached.
-pub(super) fn current_branch(dir: &Path) -> Result<Option<String>> {
-    let cmd = git_in(dir).args(["symbolic-ref", "--quiet", "HEAD"]);
-    let out = cmd.output()?;
-    match out.code {
-        Some(0) => Ok(out
-            .stdout_text()
-            .trim()
-            .strip_prefix("refs/heads/")
-            .map(str::to_owned)),
-        Some(1) => Ok(None),
-        _ => Err(cmd.failure(&out)),
-    }
-}
-
-/// (toplevel, common git dir) of the repository git finds at `dir`, both
-/// canonical; `None` if git finds none.
-fn repo_paths(dir: &Path) -> Result<Option<(PathBuf, PathBuf)>> {
-    let out = git_in(dir)
-        .args([
-            "rev-parse",
-            "--path-format=absolute",
-            "--show-toplevel",
-            "--git-common-dir",
-        ])
-        .output()?;
-    if !out.success() {
-        return Ok(None);
-    }
-    let text = out.stdout_text();
-    let mut lines = text.lines();
-    match (lines.next(), lines.next()) {
-        (Some(top), Some(common)) => Ok(Some((
-            canonical(Path::new(top))?,
-            canonical(Path::new(common))?,
-        ))),
-        _ => Ok(None),
     }
 }
 
@@ -318,4 +275,54 @@ fn remove_if_empty_dir(dir: &Path) -> Result<()> {
         );
     }
     fs::remove_dir(dir).with_context(|| format!("removing empty {}", dir.display()))
+}
+
+impl Git {
+    fn fetch_in(&self, clone: &Path) -> Result<()> {
+        self.git_in(clone)
+            .args(["fetch", "--prune", "--quiet", "origin"])
+            .checked()?;
+        Ok(())
+    }
+
+    /// The branch checked out in `dir`, `None` when HEAD is detached.
+    pub(super) fn current_branch(&self, dir: &Path) -> Result<Option<String>> {
+        let cmd = self.git_in(dir).args(["symbolic-ref", "--quiet", "HEAD"]);
+        let out = cmd.output()?;
+        match out.code {
+            Some(0) => Ok(out
+                .stdout_text()
+                .trim()
+                .strip_prefix("refs/heads/")
+                .map(str::to_owned)),
+            Some(1) => Ok(None),
+            _ => Err(cmd.failure(&out)),
+        }
+    }
+
+    /// (toplevel, common git dir) of the repository git finds at `dir`, both
+    /// canonical; `None` if git finds none.
+    fn repo_paths(&self, dir: &Path) -> Result<Option<(PathBuf, PathBuf)>> {
+        let out = self
+            .git_in(dir)
+            .args([
+                "rev-parse",
+                "--path-format=absolute",
+                "--show-toplevel",
+                "--git-common-dir",
+            ])
+            .output()?;
+        if !out.success() {
+            return Ok(None);
+        }
+        let text = out.stdout_text();
+        let mut lines = text.lines();
+        match (lines.next(), lines.next()) {
+            (Some(top), Some(common)) => Ok(Some((
+                canonical(Path::new(top))?,
+                canonical(Path::new(common))?,
+            ))),
+            _ => Ok(None),
+        }
+    }
 }

@@ -42,6 +42,7 @@
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -53,7 +54,7 @@ use crate::ext::proc::Cmd;
 
 mod clone;
 mod read;
-pub mod remote;
+mod remote;
 mod write;
 
 /// Config forced on every git command. Hooks are off because the clone and
@@ -120,6 +121,10 @@ pub struct Blob {
 #[derive(Debug, Clone)]
 pub struct Git {
     repos_dir: PathBuf,
+    /// Every git command is killed, with its process group, after this long.
+    timeout: Duration,
+    /// How long `lock` waits for a repo's lock before it gives up (busy, exit 4).
+    lock_timeout: Duration,
 }
 
 /// Proof that the holder has the exclusive lock of one repo's clone.
@@ -143,7 +148,18 @@ impl Git {
     pub fn new(repos_dir: impl Into<PathBuf>) -> Git {
         let dir = repos_dir.into();
         let dir = std::path::absolute(&dir).unwrap_or(dir);
-        Git { repos_dir: dir }
+        Git {
+            repos_dir: dir,
+            timeout: DEFAULT_TIMEOUT,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+        }
+    }
+
+    /// The same, with the bounds of the config's `git` block.
+    pub fn with_limits(mut self, timeout: Duration, lock_timeout: Duration) -> Git {
+        self.timeout = timeout;
+        self.lock_timeout = lock_timeout;
+        self
     }
 
     pub fn repos_dir(&self) -> &Path {
@@ -160,13 +176,27 @@ impl Git {
         self.repos_dir.join("_wt").join(name).join(wi)
     }
 
-    /// Block until this process holds `<repos_dir>/<name>.lock`.
+    /// Wait until this process holds `<repos_dir>/<name>.lock`, at most the lock timeout: past
+    /// it the repo is busy, an error with exit code 4 that names the holder (try later).
     pub fn lock(&self, name: &str) -> Result<RepoLock> {
         check_repo_name(name)?;
         fs::create_dir_all(&self.repos_dir)
             .with_context(|| format!("creating {}", self.repos_dir.display()))?;
         let path = self.repos_dir.join(format!("{name}.lock"));
-        let file = FileLock::acquire(&path).with_context(|| format!("locking repo {name}"))?;
+        let file = FileLock::acquire_within(&path, self.lock_timeout)
+            .with_context(|| format!("locking repo {name}"))?
+            .ok_or_else(|| {
+                let holder = crate::ext::lock::holder_pid(&path)
+                    .map(|p| format!(" (held by pid {p})"))
+                    .unwrap_or_default();
+                crate::error::exit(
+                    crate::error::Code::Busy,
+                    format!(
+                        "repo `{name}` is busy{holder}: its lock was not free within {}s; try later",
+                        self.lock_timeout.as_secs()
+                    ),
+                )
+            })?;
         Ok(RepoLock {
             _file: file,
             repos_dir: self.repos_dir.clone(),
@@ -216,20 +246,48 @@ impl Git {
     }
 }
 
-/// A git command run in `dir` with our fixed environment and config.
-fn git_in(dir: &Path) -> Cmd {
-    let mut cmd = Cmd::new("git").arg("-C").arg(dir);
-    for kv in FORCED_CONFIG {
-        cmd = cmd.args(["-c", kv]);
+impl Git {
+    /// A git command run in `dir` with our fixed environment and config, under the deadline.
+    fn git_in(&self, dir: &Path) -> Cmd {
+        let mut cmd = Cmd::new("git").arg("-C").arg(dir);
+        for kv in FORCED_CONFIG {
+            cmd = cmd.args(["-c", kv]);
+        }
+        for key in SCRUBBED_ENV {
+            cmd = cmd.env_remove(key);
+        }
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .env("LC_ALL", "C")
+            // Reads like `status` must not take index.lock next to an agent
+            // working in the same worktree.
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            // A transfer that trickles is abandoned long before the deadline: slower than
+            // 1 KB/s for 30 s (http), no answer to keep-alives for a minute or no connection
+            // within 30 s (ssh, which must never ask for a password either).
+            .env("GIT_HTTP_LOW_SPEED_LIMIT", "1000")
+            .env("GIT_HTTP_LOW_SPEED_TIME", "30")
+            .env("GIT_SSH_COMMAND", ssh_command(SSH_OPTIONS))
+            .timeout(self.timeout)
     }
-    for key in SCRUBBED_ENV {
-        cmd = cmd.env_remove(key);
-    }
-    cmd.env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C")
-        // Reads like `status` must not take index.lock next to an agent
-        // working in the same worktree.
-        .env("GIT_OPTIONAL_LOCKS", "0")
+}
+
+/// Default of `git.timeout_s`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default of `git.lock_timeout_s`.
+const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The ssh options every git transfer runs with.
+const SSH_OPTIONS: &str =
+    "-o BatchMode=yes -o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=4";
+
+/// The operator's own ssh command (`GIT_SSH_COMMAND`: a key, a jump host) or `ssh`, with
+/// `options` after it.
+fn ssh_command(options: &str) -> String {
+    let base = std::env::var("GIT_SSH_COMMAND")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "ssh".into());
+    format!("{base} {options}")
 }
 
 fn remote_ref(branch: &str) -> String {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Blob, Git, RepoLock, RepoRef, Source, check_branch, check_repo, check_wi, exists, git_in,
-    rel_parts, remote_ref, rev_arg,
+    Blob, Git, RepoLock, RepoRef, Source, check_branch, check_repo, check_wi, exists, rel_parts,
+    remote_ref, rev_arg,
 };
 
 impl Git {
@@ -35,7 +35,10 @@ impl Git {
         if exists(&dir)? && self.is_worktree_of(&clone, &dir)? {
             return Ok(Source::Worktree(dir));
         }
-        if rev_parse_commit(&clone, &remote_ref(branch))?.is_some() {
+        if self
+            .rev_parse_commit(&clone, &remote_ref(branch))?
+            .is_some()
+        {
             return Ok(Source::Ref(format!("origin/{branch}")));
         }
         Ok(Source::Ref(format!("origin/{}", repo.main)))
@@ -70,16 +73,16 @@ impl Git {
                 let Some(bytes) = read_worktree_file(root, &parts).with_context(ctx)? else {
                     return Ok(None);
                 };
-                let id = hash_blob(root, &bytes).with_context(ctx)?;
+                let id = self.hash_blob(root, &bytes).with_context(ctx)?;
                 Ok(Some(Blob { bytes, id }))
             }
             Source::Ref(r) => {
                 let clone = self.require_clone(repo)?;
                 let rev = rev_arg(r)?;
                 let spec = format!("{rev}:{}", parts.join("/"));
-                match cat_file(&clone, &spec, true).with_context(ctx)? {
+                match self.cat_file(&clone, &spec, true).with_context(ctx)? {
                     None => {
-                        require_rev(&clone, &rev).with_context(ctx)?;
+                        self.require_rev(&clone, &rev).with_context(ctx)?;
                         Ok(None)
                     }
                     Some(obj) if obj.kind == "blob" => Ok(Some(Blob {
@@ -115,9 +118,9 @@ impl Git {
                 let clone = self.require_clone(repo)?;
                 let rev = rev_arg(r)?;
                 let spec = format!("{rev}:{}", parts.join("/"));
-                match cat_file(&clone, &spec, false).with_context(ctx)? {
+                match self.cat_file(&clone, &spec, false).with_context(ctx)? {
                     None => {
-                        require_rev(&clone, &rev).with_context(ctx)?;
+                        self.require_rev(&clone, &rev).with_context(ctx)?;
                         Ok(None)
                     }
                     Some(obj) if obj.kind == "blob" => Ok(Some(obj.id)),
@@ -153,13 +156,13 @@ impl Git {
                 let clone = self.require_clone(repo)?;
                 let rev = rev_arg(r)?;
                 let spec = format!("{rev}:{}", parts.join("/"));
-                match cat_file(&clone, &spec, false).with_context(ctx)? {
+                match self.cat_file(&clone, &spec, false).with_context(ctx)? {
                     None => {
-                        require_rev(&clone, &rev).with_context(ctx)?;
+                        self.require_rev(&clone, &rev).with_context(ctx)?;
                         Vec::new()
                     }
                     Some(obj) if obj.kind == "tree" => {
-                        list_tree(&clone, &obj.id).with_context(ctx)?
+                        self.list_tree(&clone, &obj.id).with_context(ctx)?
                     }
                     Some(obj) => bail!("{}: it is a {}, not a directory", ctx(), obj.kind),
                 }
@@ -175,10 +178,11 @@ impl Git {
         check_repo(repo)?;
         let ctx = || format!("resolving {} in repo {}", show(source), repo.name);
         match source {
-            Source::Worktree(root) => rev_parse_commit(root, "HEAD").with_context(ctx),
+            Source::Worktree(root) => self.rev_parse_commit(root, "HEAD").with_context(ctx),
             Source::Ref(r) => {
                 let clone = self.require_clone(repo)?;
-                rev_parse_commit(&clone, &rev_arg(r)?).with_context(ctx)
+                self.rev_parse_commit(&clone, &rev_arg(r)?)
+                    .with_context(ctx)
             }
         }
     }
@@ -217,13 +221,16 @@ impl Git {
             bail!("{}: {} has no commit", ctx(), show(source));
         };
         let main_rev = rev_arg(main_ref)?;
-        let Some(main) = rev_parse_commit(&dir, &main_rev).with_context(ctx)? else {
+        let Some(main) = self.rev_parse_commit(&dir, &main_rev).with_context(ctx)? else {
             bail!("{}: {main_ref} does not exist", ctx());
         };
         let mut since_commit = None;
         if let Some(s) = since {
-            match rev_parse_commit(&dir, &rev_arg(s)?).with_context(ctx)? {
-                Some(c) if is_ancestor(&dir, &c, &head).with_context(ctx)? => {
+            match self
+                .rev_parse_commit(&dir, &rev_arg(s)?)
+                .with_context(ctx)?
+            {
+                Some(c) if self.is_ancestor(&dir, &c, &head).with_context(ctx)? => {
                     since_commit = Some(c)
                 }
                 _ => tracing::debug!(
@@ -233,7 +240,8 @@ impl Git {
             }
         }
 
-        let mut cmd = git_in(&dir)
+        let mut cmd = self
+            .git_in(&dir)
             .args(["rev-list", "--no-merges", "--full-history", "--max-count=1"])
             .arg(&head)
             .arg(format!("^{main}"));
@@ -253,39 +261,6 @@ fn show(source: &Source) -> String {
     match source {
         Source::Worktree(p) => format!("worktree {}", p.display()),
         Source::Ref(r) => r.clone(),
-    }
-}
-
-/// The commit `rev` names in the repo at `dir`, `None` if it names none.
-pub(super) fn rev_parse_commit(dir: &Path, rev: &str) -> Result<Option<String>> {
-    let cmd = git_in(dir)
-        .args(["rev-parse", "--verify", "--quiet"])
-        .arg(format!("{rev}^{{commit}}"));
-    let out = cmd.output()?;
-    match out.code {
-        Some(0) => Ok(Some(out.stdout_text().trim().to_owned())),
-        Some(1) => Ok(None),
-        _ => Err(cmd.failure(&out)),
-    }
-}
-
-fn require_rev(dir: &Path, rev: &str) -> Result<()> {
-    if rev_parse_commit(dir, rev)?.is_none() {
-        bail!("{rev} does not exist in {}", dir.display());
-    }
-    Ok(())
-}
-
-pub(super) fn is_ancestor(dir: &Path, ancestor: &str, descendant: &str) -> Result<bool> {
-    let cmd = git_in(dir)
-        .args(["merge-base", "--is-ancestor"])
-        .arg(ancestor)
-        .arg(descendant);
-    let out = cmd.output()?;
-    match out.code {
-        Some(0) => Ok(true),
-        Some(1) => Ok(false),
-        _ => Err(cmd.failure(&out)),
     }
 }
 
@@ -367,93 +342,136 @@ fn list_worktree_dir(root: &Path, parts: &[&str]) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Blob id of `bytes` in the object format of the repo at `dir`.
-fn hash_blob(dir: &Path, bytes: &[u8]) -> Result<String> {
-    let out = git_in(dir)
-        .args(["hash-object", "--no-filters", "--stdin"])
-        .stdin(bytes)
-        .checked()?;
-    Ok(out.stdout_text().trim().to_owned())
-}
-
 struct Object {
     id: String,
     kind: String,
     content: Vec<u8>,
 }
 
-/// Look `spec` (e.g. `refs/remotes/origin/main:docs/x.md`) up with one
-/// `git cat-file --batch[-check]`; `None` when it names nothing.
-fn cat_file(dir: &Path, spec: &str, with_content: bool) -> Result<Option<Object>> {
-    let mode = if with_content {
-        "--batch"
-    } else {
-        "--batch-check"
-    };
-    let cmd = git_in(dir)
-        .args(["cat-file", mode])
-        .stdin(format!("{spec}\n"));
-    let out = cmd.checked()?;
-    let stdout = &out.stdout;
-    let header_end = stdout
-        .iter()
-        .position(|&b| b == b'\n')
-        .unwrap_or(stdout.len());
-    let header = String::from_utf8_lossy(&stdout[..header_end]);
-    if header.ends_with(" missing") {
-        return Ok(None);
-    }
-    let unexpected = || anyhow::anyhow!("`{}` answered {header:?} for {spec:?}", cmd.display());
-    let mut fields = header.split(' ');
-    let (Some(id), Some(kind), Some(size), None) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        return Err(unexpected());
-    };
-    let size: usize = size.parse().map_err(|_| unexpected())?;
-    let content = if with_content {
-        let start = header_end + 1;
-        match stdout.get(start..start.saturating_add(size)) {
-            Some(c) => c.to_vec(),
-            None => bail!(
-                "`{}` returned a truncated object for {spec:?}",
-                cmd.display()
-            ),
+impl Git {
+    /// The commit `rev` names in the repo at `dir`, `None` if it names none.
+    pub(super) fn rev_parse_commit(&self, dir: &Path, rev: &str) -> Result<Option<String>> {
+        let cmd = self
+            .git_in(dir)
+            .args(["rev-parse", "--verify", "--quiet"])
+            .arg(format!("{rev}^{{commit}}"));
+        let out = cmd.output()?;
+        match out.code {
+            Some(0) => Ok(Some(out.stdout_text().trim().to_owned())),
+            Some(1) => Ok(None),
+            _ => Err(cmd.failure(&out)),
         }
-    } else {
-        Vec::new()
-    };
-    Ok(Some(Object {
-        id: id.to_owned(),
-        kind: kind.to_owned(),
-        content,
-    }))
-}
+    }
 
-/// Names of the blobs (files and symlinks) directly in tree `tree`.
-fn list_tree(dir: &Path, tree: &str) -> Result<Vec<String>> {
-    let out = git_in(dir).args(["ls-tree", "-z"]).arg(tree).checked()?;
-    let mut names = Vec::new();
-    for record in out.stdout.split(|&b| b == 0).filter(|r| !r.is_empty()) {
-        // "<mode> SP <type> SP <id> TAB <name>"
-        let Some(tab) = record.iter().position(|&b| b == b'\t') else {
-            bail!(
-                "unexpected ls-tree record {:?}",
-                String::from_utf8_lossy(record)
-            );
-        };
-        let meta = String::from_utf8_lossy(&record[..tab]);
-        if meta.split(' ').nth(1) != Some("blob") {
-            continue;
+    fn require_rev(&self, dir: &Path, rev: &str) -> Result<()> {
+        if self.rev_parse_commit(dir, rev)?.is_none() {
+            bail!("{rev} does not exist in {}", dir.display());
         }
-        match std::str::from_utf8(&record[tab + 1..]) {
-            Ok(name) => names.push(name.to_owned()),
-            Err(_) => tracing::warn!(
-                tree,
-                name = %String::from_utf8_lossy(&record[tab + 1..]),
-                "skipping non-UTF-8 file name"
-            ),
+        Ok(())
+    }
+
+    pub(super) fn is_ancestor(&self, dir: &Path, ancestor: &str, descendant: &str) -> Result<bool> {
+        let cmd = self
+            .git_in(dir)
+            .args(["merge-base", "--is-ancestor"])
+            .arg(ancestor)
+            .arg(descendant);
+        let out = cmd.output()?;
+        match out.code {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(cmd.failure(&out)),
         }
     }
-    Ok(names)
+
+    /// Blob id of `bytes` in the object format of the repo at `dir`.
+    fn hash_blob(&self, dir: &Path, bytes: &[u8]) -> Result<String> {
+        let out = self
+            .git_in(dir)
+            .args(["hash-object", "--no-filters", "--stdin"])
+            .stdin(bytes)
+            .checked()?;
+        Ok(out.stdout_text().trim().to_owned())
+    }
+
+    /// Look `spec` (e.g. `refs/remotes/origin/main:docs/x.md`) up with one
+    /// `git cat-file --batch[-check]`; `None` when it names nothing.
+    fn cat_file(&self, dir: &Path, spec: &str, with_content: bool) -> Result<Option<Object>> {
+        let mode = if with_content {
+            "--batch"
+        } else {
+            "--batch-check"
+        };
+        let cmd = self
+            .git_in(dir)
+            .args(["cat-file", mode])
+            .stdin(format!("{spec}\n"));
+        let out = cmd.checked()?;
+        let stdout = &out.stdout;
+        let header_end = stdout
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(stdout.len());
+        let header = String::from_utf8_lossy(&stdout[..header_end]);
+        if header.ends_with(" missing") {
+            return Ok(None);
+        }
+        let unexpected = || anyhow::anyhow!("`{}` answered {header:?} for {spec:?}", cmd.display());
+        let mut fields = header.split(' ');
+        let (Some(id), Some(kind), Some(size), None) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err(unexpected());
+        };
+        let size: usize = size.parse().map_err(|_| unexpected())?;
+        let content = if with_content {
+            let start = header_end + 1;
+            match stdout.get(start..start.saturating_add(size)) {
+                Some(c) => c.to_vec(),
+                None => bail!(
+                    "`{}` returned a truncated object for {spec:?}",
+                    cmd.display()
+                ),
+            }
+        } else {
+            Vec::new()
+        };
+        Ok(Some(Object {
+            id: id.to_owned(),
+            kind: kind.to_owned(),
+            content,
+        }))
+    }
+
+    /// Names of the blobs (files and symlinks) directly in tree `tree`.
+    fn list_tree(&self, dir: &Path, tree: &str) -> Result<Vec<String>> {
+        let out = self
+            .git_in(dir)
+            .args(["ls-tree", "-z"])
+            .arg(tree)
+            .checked()?;
+        let mut names = Vec::new();
+        for record in out.stdout.split(|&b| b == 0).filter(|r| !r.is_empty()) {
+            // "<mode> SP <type> SP <id> TAB <name>"
+            let Some(tab) = record.iter().position(|&b| b == b'\t') else {
+                bail!(
+                    "unexpected ls-tree record {:?}",
+                    String::from_utf8_lossy(record)
+                );
+            };
+            let meta = String::from_utf8_lossy(&record[..tab]);
+            if meta.split(' ').nth(1) != Some("blob") {
+                continue;
+            }
+            match std::str::from_utf8(&record[tab + 1..]) {
+                Ok(name) => names.push(name.to_owned()),
+                Err(_) => tracing::warn!(
+                    tree,
+                    name = %String::from_utf8_lossy(&record[tab + 1..]),
+                    "skipping non-UTF-8 file name"
+                ),
+            }
+        }
+        Ok(names)
+    }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Git, RepoLock, RepoRef, check_branch, check_repo, git_in, rel_parts, valid_remote};
+use super::{Git, RepoLock, RepoRef, check_branch, check_repo, rel_parts, valid_remote};
 use crate::domain::names::valid_ref_name;
 use crate::ext::proc::{Cmd, Output};
 
@@ -19,7 +19,8 @@ impl Git {
         check_branch(branch)?;
         let clone = self.require_clone(repo)?;
         let want = format!("refs/heads/{branch}");
-        let cmd = git_in(&clone)
+        let cmd = self
+            .git_in(&clone)
             .args(["ls-remote", "--exit-code", "origin"])
             .arg(&want);
         let out = cmd.output()?;
@@ -48,7 +49,7 @@ impl Git {
                 repo.name
             );
         }
-        git_in(worktree)
+        self.git_in(worktree)
             .args(["push", "--no-verify", "--quiet", "origin"])
             .arg(format!("HEAD:refs/heads/{branch}"))
             .checked()
@@ -77,81 +78,13 @@ impl Git {
             return Ok(false);
         }
         let clone = self.require_clone(repo)?;
-        git_in(&clone)
+        self.git_in(&clone)
             .args(["push", "--no-verify", "--quiet", "origin", "--delete"])
             .arg(format!("refs/heads/{branch}"))
             .checked()
             .with_context(|| format!("deleting {branch} of repo {} on its remote", repo.name))?;
         Ok(true)
     }
-}
-
-/// Create a bare repository at `remote` whose `main` holds `files` (one commit as `name
-/// <email>`), using `work` as a scratch checkout. Used by `orch demo` to build its world.
-pub fn seed_remote(
-    remote: &Path,
-    work: &Path,
-    main: &str,
-    files: &[(&str, &[u8])],
-    name: &str,
-    email: &str,
-) -> Result<()> {
-    if !valid_ref_name(main) {
-        bail!("invalid branch name {main:?}");
-    }
-    Cmd::new("git")
-        .args(["init", "--quiet", "--bare", "--initial-branch", main])
-        .arg(remote)
-        .checked()
-        .context("creating the bare remote")?;
-    Cmd::new("git")
-        .args(["init", "--quiet", "--initial-branch", main])
-        .arg(work)
-        .checked()
-        .context("creating the seed checkout")?;
-    for (rel, bytes) in files {
-        let parts = rel_parts(rel, false)?;
-        let path = parts.iter().fold(work.to_path_buf(), |p, c| p.join(c));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&path, bytes).with_context(|| format!("writing {rel}"))?;
-    }
-    Git::new(work).commit_all(work, "initial project", name, email)?;
-    git_in(work)
-        .arg("push")
-        .arg("--quiet")
-        .arg(remote)
-        .arg(format!("HEAD:refs/heads/{main}"))
-        .checked()
-        .context("pushing the seed commit")?;
-    Ok(())
-}
-
-/// `git ls-remote --heads <remote>`, run in `dir`: the branch heads of a remote orch may have no
-/// clone of yet (`orch doctor` asks every configured remote). The command is hardened like every
-/// other git call here, and since `Cmd` has no timeout it is bounded by git's own knobs: an HTTP
-/// transfer slower than 1 KB/s for 10 s is abandoned, and for an ssh remote `ssh_options` (say
-/// `-o BatchMode=yes -o ConnectTimeout=5`) are appended to the ssh command. A non-zero exit is
-/// an answer, not an error: the caller reads the status and stderr from the `Output`.
-pub fn ls_remote(dir: &Path, remote: &str, ssh_options: &str) -> Result<Output> {
-    if !valid_remote(remote) {
-        bail!("invalid remote {remote:?}");
-    }
-    let mut cmd = git_in(dir)
-        .args(["ls-remote", "--heads", remote])
-        .env("GIT_HTTP_LOW_SPEED_LIMIT", "1000")
-        .env("GIT_HTTP_LOW_SPEED_TIME", "10");
-    if is_ssh_remote(remote) {
-        // Keep the operator's own ssh command (a key, a jump host) and add ours after it; this
-        // does replace a `core.sshCommand` from git config for the duration of the call.
-        let base = std::env::var("GIT_SSH_COMMAND")
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-            .unwrap_or_else(|| "ssh".into());
-        cmd = cmd.env("GIT_SSH_COMMAND", format!("{base} {ssh_options}"));
-    }
-    cmd.output()
 }
 
 /// `ssh://…`, `git+ssh://…` or scp-like `[user@]host:path` (a colon before any slash).
@@ -166,6 +99,73 @@ fn is_ssh_remote(remote: &str) -> bool {
     }
 }
 
+impl Git {
+    /// Create a bare repository at `remote` whose `main` holds `files` (one commit as `name
+    /// <email>`), using `work` as a scratch checkout. Used by `orch demo` to build its world.
+    pub fn seed_remote(
+        &self,
+        remote: &Path,
+        work: &Path,
+        main: &str,
+        files: &[(&str, &[u8])],
+        name: &str,
+        email: &str,
+    ) -> Result<()> {
+        if !valid_ref_name(main) {
+            bail!("invalid branch name {main:?}");
+        }
+        Cmd::new("git")
+            .args(["init", "--quiet", "--bare", "--initial-branch", main])
+            .arg(remote)
+            .checked()
+            .context("creating the bare remote")?;
+        Cmd::new("git")
+            .args(["init", "--quiet", "--initial-branch", main])
+            .arg(work)
+            .checked()
+            .context("creating the seed checkout")?;
+        for (rel, bytes) in files {
+            let parts = rel_parts(rel, false)?;
+            let path = parts.iter().fold(work.to_path_buf(), |p, c| p.join(c));
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&path, bytes).with_context(|| format!("writing {rel}"))?;
+        }
+        Git::new(work).commit_all(work, "initial project", name, email)?;
+        self.git_in(work)
+            .arg("push")
+            .arg("--quiet")
+            .arg(remote)
+            .arg(format!("HEAD:refs/heads/{main}"))
+            .checked()
+            .context("pushing the seed commit")?;
+        Ok(())
+    }
+
+    /// `git ls-remote --heads <remote>`, run in `dir`: the branch heads of a remote orch may have
+    /// no clone of yet (`orch doctor` asks every configured remote). The command is hardened and
+    /// bounded like every other git call here; as a probe it also gives up on an HTTP transfer
+    /// slower than 1 KB/s for 10 s, and for an ssh remote `ssh_options` (say `-o
+    /// ConnectTimeout=5`) are added to the ssh command. A non-zero exit is an answer, not an
+    /// error: the caller reads the status and stderr from the `Output`.
+    pub fn ls_remote(&self, dir: &Path, remote: &str, ssh_options: &str) -> Result<Output> {
+        if !valid_remote(remote) {
+            bail!("invalid remote {remote:?}");
+        }
+        let mut cmd = self
+            .git_in(dir)
+            .args(["ls-remote", "--heads", remote])
+            .env("GIT_HTTP_LOW_SPEED_TIME", "10");
+        if is_ssh_remote(remote) {
+            cmd = cmd.env(
+                "GIT_SSH_COMMAND",
+                super::ssh_command(&format!("{} {ssh_options}", super::SSH_OPTIONS)),
+            );
+        }
+        cmd.output()
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,6 @@
 
 use tempfile::TempDir;
 
-use super::clone::current_branch;
 use super::*;
 
 const NAME: &str = "demo";
@@ -11,7 +10,8 @@ const ID_EMAIL: &str = "orch-test@example.invalid";
 
 /// Run git with our environment in `dir`; panics on failure (tests only).
 fn run(dir: &Path, args: &[&str]) -> String {
-    git_in(dir)
+    Git::new(dir)
+        .git_in(dir)
         .args(args)
         .checked()
         .unwrap()
@@ -127,7 +127,8 @@ fn commit_in(dir: &Path, msg: &str) -> String {
 }
 
 fn upstream(wt: &Path) -> Option<String> {
-    let out = git_in(wt)
+    let out = Git::new(wt)
+        .git_in(wt)
         .args(["rev-parse", "--symbolic-full-name", "@{upstream}"])
         .output()
         .unwrap();
@@ -191,6 +192,25 @@ fn lock_of_another_repo_is_rejected() {
     assert!(fx.git.lock("a.lock").is_err());
 }
 
+/// The repo lock had no deadline: one stalled holder blocked every other process of the repo.
+#[test]
+fn a_busy_repo_lock_gives_up_at_its_deadline_with_exit_4() {
+    let fx = Fx::new();
+    let _held = fx.git.lock(NAME).unwrap();
+    let impatient = fx.git.clone().with_limits(
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(200),
+    );
+    let err = impatient.lock(NAME).unwrap_err();
+    assert_eq!(crate::error::code_of(&err), crate::error::Code::Busy);
+    let text = format!("{err:#}");
+    assert!(text.contains("is busy"), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+}
+
 #[test]
 fn fetch_sees_new_remote_commits() {
     let fx = Fx::new();
@@ -216,7 +236,7 @@ fn worktree_add_cuts_from_fresh_origin_main_when_branch_is_absent() {
     assert_eq!(wt, fx.git.worktree_dir(NAME, "X-1"));
     assert_eq!(run(&wt, &["rev-parse", "HEAD"]), main);
     assert_eq!(
-        current_branch(&wt).unwrap().as_deref(),
+        Git::new(&wt).current_branch(&wt).unwrap().as_deref(),
         Some("feature/X-1-foo")
     );
     assert_eq!(
@@ -249,7 +269,10 @@ fn worktree_add_checks_out_the_remote_branch_as_is() {
         .worktree_add(&lock, &fx.repo(), "X-3", "feature/X-3")
         .unwrap();
     assert_eq!(run(&wt, &["rev-parse", "HEAD"]), tip);
-    assert_eq!(current_branch(&wt).unwrap().as_deref(), Some("feature/X-3"));
+    assert_eq!(
+        Git::new(&wt).current_branch(&wt).unwrap().as_deref(),
+        Some("feature/X-3")
+    );
     assert_eq!(
         upstream(&wt).as_deref(),
         Some("refs/remotes/origin/feature/X-3")
@@ -858,13 +881,19 @@ fn push_failure_names_the_command_and_git_stderr() {
 fn ls_remote_lists_heads_without_a_clone_and_answers_for_a_missing_remote() {
     let fx = Fx::new();
     let main = run(&fx.seed, &["rev-parse", "HEAD"]);
-    let out = remote::ls_remote(fx.tmp.path(), &fx.remote, "-o BatchMode=yes").unwrap();
+    let out = fx
+        .git
+        .ls_remote(fx.tmp.path(), &fx.remote, "-o BatchMode=yes")
+        .unwrap();
     assert!(out.success(), "{}", out.diagnostic_tail());
     assert_eq!(out.stdout_text(), format!("{main}\trefs/heads/main\n"));
     assert!(!fx.git.clone_dir(NAME).exists(), "ls_remote made a clone");
 
     let gone = fx.tmp.path().join("gone.git");
-    let out = remote::ls_remote(fx.tmp.path(), gone.to_str().unwrap(), "").unwrap();
+    let out = fx
+        .git
+        .ls_remote(fx.tmp.path(), gone.to_str().unwrap(), "")
+        .unwrap();
     assert!(!out.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("does not appear to be a git repository"),
@@ -872,10 +901,7 @@ fn ls_remote_lists_heads_without_a_clone_and_answers_for_a_missing_remote() {
         out.diagnostic_tail()
     );
     for bad in ["", "-uhack", "a\nb"] {
-        assert!(
-            remote::ls_remote(fx.tmp.path(), bad, "").is_err(),
-            "{bad:?}"
-        );
+        assert!(fx.git.ls_remote(fx.tmp.path(), bad, "").is_err(), "{bad:?}");
     }
 }
 

@@ -7,8 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::read::rev_parse_commit;
-use super::{Git, git_in, rel_parts};
+use super::{Git, rel_parts};
 
 impl Git {
     /// Stage everything in `worktree` (`git add -A`) and commit it as
@@ -22,7 +21,7 @@ impl Git {
         name: &str,
         email: &str,
     ) -> Result<Option<String>> {
-        commit_in(worktree, None, message, name, email)
+        self.commit_in(worktree, None, message, name, email)
     }
 
     /// Commit only `paths` (relative to the worktree) as `name <email>`, leaving anything else
@@ -38,55 +37,59 @@ impl Git {
         for p in paths {
             rel_parts(p, false)?;
         }
-        commit_in(worktree, Some(paths), message, name, email)
+        self.commit_in(worktree, Some(paths), message, name, email)
     }
 }
 
-/// Stage `paths` (everything when `None`) and commit them as `name <email>` if anything is
-/// staged; the message goes through stdin, so any text is safe.
-fn commit_in(
-    worktree: &Path,
-    paths: Option<&[&str]>,
-    message: &str,
-    name: &str,
-    email: &str,
-) -> Result<Option<String>> {
-    let ctx = || format!("committing in {}", worktree.display());
-    let only: &[&str] = paths.unwrap_or(&[]);
-    let add = match paths {
-        Some(_) => git_in(worktree).args(["add", "--"]).args(only),
-        None => git_in(worktree).args(["add", "-A"]),
-    };
-    add.checked().with_context(ctx)?;
-    let diff = git_in(worktree)
-        .args(["diff", "--cached", "--quiet", "--"])
-        .args(only);
-    let out = diff.output().with_context(ctx)?;
-    match out.code {
-        Some(0) => return Ok(None),
-        Some(1) => {}
-        _ => return Err(diff.failure(&out)).with_context(ctx),
-    }
-    git_in(worktree)
-        .arg("-c")
-        .arg(format!("user.name={name}"))
-        .arg("-c")
-        .arg(format!("user.email={email}"))
-        .args([
-            "commit",
-            "--no-verify",
-            "--no-gpg-sign",
-            "--quiet",
-            "-F",
-            "-",
-            "--",
-        ])
-        .args(only)
-        .stdin(message.as_bytes())
-        .checked()
-        .with_context(ctx)?;
-    match rev_parse_commit(worktree, "HEAD").with_context(ctx)? {
-        Some(sha) => Ok(Some(sha)),
-        None => bail!("{}: no HEAD after committing", ctx()),
+impl Git {
+    /// Stage `paths` (everything when `None`) and commit them as `name <email>` if anything is
+    /// staged; the message goes through stdin, so any text is safe.
+    fn commit_in(
+        &self,
+        worktree: &Path,
+        paths: Option<&[&str]>,
+        message: &str,
+        name: &str,
+        email: &str,
+    ) -> Result<Option<String>> {
+        let ctx = || format!("committing in {}", worktree.display());
+        let only: &[&str] = paths.unwrap_or(&[]);
+        let add = match paths {
+            Some(_) => self.git_in(worktree).args(["add", "--"]).args(only),
+            None => self.git_in(worktree).args(["add", "-A"]),
+        };
+        add.checked().with_context(ctx)?;
+        let diff = self
+            .git_in(worktree)
+            .args(["diff", "--cached", "--quiet", "--"])
+            .args(only);
+        let out = diff.output().with_context(ctx)?;
+        match out.code {
+            Some(0) => return Ok(None),
+            Some(1) => {}
+            _ => return Err(diff.failure(&out)).with_context(ctx),
+        }
+        self.git_in(worktree)
+            .arg("-c")
+            .arg(format!("user.name={name}"))
+            .arg("-c")
+            .arg(format!("user.email={email}"))
+            .args([
+                "commit",
+                "--no-verify",
+                "--no-gpg-sign",
+                "--quiet",
+                "-F",
+                "-",
+                "--",
+            ])
+            .args(only)
+            .stdin(message.as_bytes())
+            .checked()
+            .with_context(ctx)?;
+        match self.rev_parse_commit(worktree, "HEAD").with_context(ctx)? {
+            Some(sha) => Ok(Some(sha)),
+            None => bail!("{}: no HEAD after committing", ctx()),
+        }
     }
 }

@@ -3,18 +3,24 @@
 //! failure into an error that names the command line and carries the tail of what the program
 //! said. Git and the doctor's probes live on it.
 //!
-//! Deliberately not here: timeouts and process groups. A `Cmd` waits as long as its program runs,
-//! so a caller whose program could hang bounds it with the program's own options (ssh's
-//! `ConnectTimeout`, git's low-speed limit) or runs it through `run_supervised` instead.
+//! With [`Cmd::timeout`] the program runs in a process group of its own, and the whole group
+//! (git and the ssh or helper it started) is SIGKILLed at the deadline; the run is then an error
+//! that says so. Without it a `Cmd` waits as long as its program runs.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 
 /// How many trailing lines of a failed command's output go into the error.
 pub const TAIL_LINES: usize = 20;
@@ -30,6 +36,7 @@ pub struct Cmd {
     env_set: Vec<(OsString, OsString)>,
     env_remove: Vec<OsString>,
     stdin: Option<Vec<u8>>,
+    timeout: Option<Duration>,
 }
 
 /// What a finished process left behind.
@@ -93,6 +100,7 @@ impl Cmd {
             env_set: Vec::new(),
             env_remove: Vec::new(),
             stdin: None,
+            timeout: None,
         }
     }
 
@@ -141,6 +149,12 @@ impl Cmd {
         self
     }
 
+    /// Kill the program (and every process of its group) when it runs longer than `limit`.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
     /// The command line, shell-quoted where needed, for messages and logs.
     /// It is never fed to a shell.
     pub fn display(&self) -> String {
@@ -174,12 +188,48 @@ impl Cmd {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if self.timeout.is_some() {
+            // Its own group, so the deadline reaches what it started (ssh, a helper).
+            command.process_group(0);
+        }
 
         tracing::debug!(cmd = %self.display(), "running");
-        let mut child = command
+        let child = command
             .spawn()
             .with_context(|| format!("cannot start `{}`", self.display()))?;
+        let (done, done_rx) = mpsc::channel::<()>();
+        let timed_out = AtomicBool::new(false);
+        let pgid = child.id() as i32;
+        std::thread::scope(|scope| {
+            if let Some(limit) = self.timeout {
+                let timed_out = &timed_out;
+                scope.spawn(move || {
+                    if done_rx.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout) {
+                        timed_out.store(true, Ordering::SeqCst);
+                        if pgid > 1 {
+                            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                        }
+                    }
+                });
+            }
+            let out = self.wait(child);
+            let _ = done.send(());
+            out
+        })
+        .and_then(|out| {
+            if timed_out.load(Ordering::SeqCst) {
+                anyhow::bail!(
+                    "`{}` timed out after {}s; its process group was killed",
+                    self.display(),
+                    self.timeout.map(|t| t.as_secs()).unwrap_or(0)
+                );
+            }
+            Ok(out)
+        })
+    }
 
+    /// Feed stdin (if any), read both outputs to their end and reap the child.
+    fn wait(&self, mut child: std::process::Child) -> Result<Output> {
         let raw = match (child.stdin.take(), &self.stdin) {
             (Some(mut pipe), Some(bytes)) => {
                 // Stdin is written from a second thread: a child that fills
@@ -376,6 +426,48 @@ mod tests {
             .checked()
             .unwrap_err();
         assert!(err.to_string().contains("killed by signal 9"), "{err}");
+    }
+
+    /// A stalled `git fetch` used to hold the repo lock for hours: a command with a timeout is
+    /// killed with everything it started, and the error says so.
+    #[test]
+    fn a_timeout_kills_the_whole_group_and_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild");
+        let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+        let started = std::time::Instant::now();
+        let err = Cmd::new("sh")
+            .args(["-c", &script])
+            .timeout(Duration::from_millis(300))
+            .output()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("timed out after"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(20));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The grandchild is gone too (no zombie of ours: it was reparented and reaped by init).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+            && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| !s.contains(") Z"))
+                .unwrap_or(false)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "grandchild {pid} survived"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Fast commands are not disturbed by a timeout.
+        let out = Cmd::new("true")
+            .timeout(Duration::from_secs(5))
+            .output()
+            .unwrap();
+        assert!(out.success());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Checks of each configured repo: its remote answers `git ls-remote` (`ext::git::remote::ls_remote`:
+//! Checks of each configured repo: its remote answers `git ls-remote` (`ext::git::Git::ls_remote`:
 //! hardened like every git call, bounded by git's low-speed limit and, for an ssh remote, by
 //! `SSH_OPTIONS`) and has the `main` branch; the programs of its test, staging and CI contracts
 //! exist; its smoke URLs parse; its staging host answers a no-op over ssh.
@@ -9,17 +9,20 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::time::Duration;
 
 use super::check::{Check, Status};
 use super::host::{program_check, resolve_program};
 use crate::config::{CiMode, RepoCfg};
 use crate::domain::ids::printable;
-use crate::ext::git;
+use crate::ext::git::Git;
 use crate::ext::proc::Cmd;
 
-/// Bounds an ssh host that does not answer (an ssh remote's `ls-remote`, the staging probe);
-/// `Cmd` has no timeout of its own.
+/// Bounds an ssh host that does not answer (an ssh remote's `ls-remote`, the staging probe).
 const SSH_OPTIONS: &str = "-o BatchMode=yes -o ConnectTimeout=5";
+/// A probe gives up after this long whatever it waits for, so a silent remote cannot stall the
+/// doctor.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The checks of one repo, appended to `checks` in the order they are reported. Git runs in
 /// `cwd` (the state directory), never in a clone: the doctor does not need one.
@@ -32,7 +35,8 @@ pub(super) fn repo_checks(
 ) {
     let n = |what: &str| format!("repo.{}.{what}", repo.name);
     let shown = redact_remote(&repo.remote);
-    match git::remote::ls_remote(cwd, &repo.remote, SSH_OPTIONS) {
+    let git = Git::new(cwd).with_limits(PROBE_TIMEOUT, PROBE_TIMEOUT);
+    match git.ls_remote(cwd, &repo.remote, SSH_OPTIONS) {
         Ok(out) if out.success() => {
             let stdout = out.stdout_text();
             checks.push(Check::new(
@@ -132,7 +136,8 @@ fn ssh_check(name: String, user: &str, host: &str) -> Check {
     let cmd = Cmd::new("ssh")
         .args(SSH_OPTIONS.split(' '))
         .args(["--", target.as_str(), "true"])
-        .env("LC_ALL", "C");
+        .env("LC_ALL", "C")
+        .timeout(PROBE_TIMEOUT);
     match cmd.output() {
         Ok(out) if out.success() => Check::new(name, Status::Ok, format!("{shown} answers")),
         Ok(out) => Check::new(
