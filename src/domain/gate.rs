@@ -16,6 +16,9 @@ pub struct Artifact {
     /// The git blob id, or `None` when the file does not exist.
     pub blob_id: Option<String>,
     pub bytes: Option<Vec<u8>>,
+    /// Set when the file exists but is not read: not a regular file, or too large. It
+    /// completes "`<file>` …".
+    pub refused: Option<String>,
 }
 
 /// What the forge (or `ci.mode: command`) says about the branch head.
@@ -141,6 +144,9 @@ fn verdict_gate(stage: Stage, facts: &GateFacts) -> GateResult {
     let Some(art) = &facts.verdict else {
         return GateResult::NotSatisfied(format!("`{file}` does not exist"));
     };
+    if let Some(why) = &art.refused {
+        return GateResult::NotSatisfied(format!("`{file}` {why}"));
+    }
     let (Some(blob), Some(bytes)) = (&art.blob_id, &art.bytes) else {
         return GateResult::NotSatisfied(format!("`{file}` does not exist"));
     };
@@ -480,7 +486,23 @@ mod tests {
             file: file.into(),
             blob_id: Some(blob.into()),
             bytes: Some(text.as_bytes().to_vec()),
+            refused: None,
         })
+    }
+
+    #[test]
+    fn a_refused_artifact_is_not_satisfied_with_its_reason() {
+        let mut f = facts();
+        f.verdict = Some(Artifact {
+            file: "12-review.md".into(),
+            blob_id: None,
+            bytes: None,
+            refused: Some("is a FIFO, not a regular file".into()),
+        });
+        assert_eq!(
+            evaluate(Stage::Review, &f),
+            GateResult::NotSatisfied("`12-review.md` is a FIFO, not a regular file".into())
+        );
     }
 
     fn facts() -> GateFacts {

@@ -32,22 +32,47 @@ impl GitView {
         format!("docs/work-items/{}/{file}", self.work_item)
     }
 
+    /// An artifact as the gate sees it: its bytes and blob id, absent, or refused (not a
+    /// regular file, over 1 MiB) with the reason.
     pub fn read(&self, file: &str) -> Result<Artifact> {
-        let blob = self
+        match self
             .git
-            .read_file(&self.repo(), &self.source, &self.artifact_path(file))?;
-        Ok(Artifact {
-            file: file.to_string(),
-            blob_id: blob.as_ref().map(|b| b.id.clone()),
-            bytes: blob.map(|b| b.bytes),
-        })
+            .read_file(&self.repo(), &self.source, &self.artifact_path(file))
+        {
+            Ok(blob) => Ok(Artifact {
+                file: file.to_string(),
+                blob_id: blob.as_ref().map(|b| b.id.clone()),
+                bytes: blob.map(|b| b.bytes),
+                refused: None,
+            }),
+            Err(e) => match refused(&e) {
+                Some(why) => Ok(Artifact {
+                    file: file.to_string(),
+                    blob_id: None,
+                    bytes: None,
+                    refused: Some(why),
+                }),
+                None => Err(e),
+            },
+        }
     }
 
-    fn exists(&self, file: &str) -> Result<bool> {
-        Ok(self
+    /// The blob id of an artifact: `None` when absent, `REFUSED` when it is not a file the
+    /// gate reads.
+    fn blob_id(&self, file: &str) -> Result<Option<String>> {
+        match self
             .git
-            .blob_id(&self.repo(), &self.source, &self.artifact_path(file))?
-            .is_some())
+            .blob_id(&self.repo(), &self.source, &self.artifact_path(file))
+        {
+            Ok(id) => Ok(id),
+            Err(e) if refused(&e).is_some() => Ok(Some(REFUSED.to_string())),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether an analysis file is there to be read (a refused one is not).
+    fn exists(&self, file: &str) -> Result<bool> {
+        Ok(self.blob_id(file)?.is_some_and(|id| id != REFUSED))
     }
 
     /// What to record when the task enters `stage`: the verdict artifact's blob id (or
@@ -55,9 +80,7 @@ impl GitView {
     pub fn entry_marker(&self, stage: Stage) -> Result<Option<String>> {
         if let Some(file) = stage.spec().verdict_file {
             return Ok(Some(
-                self.git
-                    .blob_id(&self.repo(), &self.source, &self.artifact_path(file))?
-                    .unwrap_or_else(|| ABSENT.to_string()),
+                self.blob_id(file)?.unwrap_or_else(|| ABSENT.to_string()),
             ));
         }
         if stage == Stage::Development {
@@ -78,6 +101,16 @@ impl GitView {
     pub fn head(&self) -> Result<Option<String>> {
         self.git.head(&self.repo(), &self.source)
     }
+}
+
+/// The entry marker of an artifact that exists but is not read (never a blob id).
+const REFUSED: &str = "refused";
+
+/// The reason, when `e` is a refusal to read an artifact (`ext::git::Refused`).
+fn refused(e: &anyhow::Error) -> Option<String> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<crate::ext::git::Refused>())
+        .map(|r| r.0.clone())
 }
 
 /// Lock, fetch, fast-forward, and pick the source for `task`.

@@ -54,6 +54,8 @@ use crate::ext::proc::Cmd;
 
 mod clone;
 mod read;
+
+pub use read::{MAX_FILE, Refused};
 mod remote;
 mod write;
 

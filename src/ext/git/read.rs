@@ -80,16 +80,29 @@ impl Git {
                 let clone = self.require_clone(repo)?;
                 let rev = rev_arg(r)?;
                 let spec = format!("{rev}:{}", parts.join("/"));
-                match self.cat_file(&clone, &spec, true).with_context(ctx)? {
+                // Look before reading: a huge blob is refused, never slurped.
+                match self.cat_file(&clone, &spec, false).with_context(ctx)? {
                     None => {
                         self.require_rev(&clone, &rev).with_context(ctx)?;
-                        Ok(None)
+                        return Ok(None);
                     }
+                    Some(obj) if obj.kind != "blob" => {
+                        return Err(Refused(format!("is a {}, not a file", obj.kind)).into());
+                    }
+                    Some(obj) if obj.size > MAX_FILE => {
+                        return Err(
+                            Refused(format!("is larger than 1 MiB ({} bytes)", obj.size)).into(),
+                        );
+                    }
+                    Some(_) => {}
+                }
+                match self.cat_file(&clone, &spec, true).with_context(ctx)? {
                     Some(obj) if obj.kind == "blob" => Ok(Some(Blob {
                         bytes: obj.content,
                         id: obj.id,
                     })),
-                    Some(obj) => bail!("{}: it is a {}, not a file", ctx(), obj.kind),
+                    // Gone or changed between the two looks (a fetch): absent, as it is now.
+                    _ => Ok(None),
                 }
             }
         }
@@ -291,23 +304,71 @@ fn walk(root: &Path, parts: &[&str]) -> Result<Option<(PathBuf, Option<fs::Metad
     Ok(Some((path, meta)))
 }
 
+/// A worktree file as git would store it, read without ever blocking: only a regular file
+/// (or a symlink, as its target path) of at most [`MAX_FILE`] bytes. Anything else — a FIFO, a
+/// device, a socket, a directory, a huge file — is [`Refused`]: the reader waits for nothing
+/// and holds nothing while an agent plays tricks with its artifacts.
 fn read_worktree_file(root: &Path, parts: &[&str]) -> Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let Some((path, Some(meta))) = walk(root, parts)? else {
         return Ok(None);
     };
-    let read = if meta.file_type().is_symlink() {
-        fs::read_link(&path).map(|target| target.into_os_string().into_encoded_bytes())
-    } else if meta.is_dir() {
-        bail!("{} is a directory, not a file", path.display());
-    } else {
-        fs::read(&path)
-    };
-    match read {
-        Ok(bytes) => Ok(Some(bytes)),
-        // Deleted between the look and the read: absent, as it is now.
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        return match fs::read_link(&path) {
+            Ok(target) => Ok(Some(target.into_os_string().into_encoded_bytes())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        };
     }
+    let refuse = |why: String| -> Result<Option<Vec<u8>>> { Err(Refused(why).into()) };
+    if kind.is_dir() {
+        return refuse("is a directory, not a file".into());
+    }
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "a special file"
+        };
+        return refuse(format!("is {what}, not a regular file"));
+    }
+    if meta.len() > MAX_FILE as u64 {
+        return refuse(format!("is larger than 1 MiB ({} bytes)", meta.len()));
+    }
+    // The file may be swapped between the look and the open: never follow a symlink, never
+    // wait on a FIFO, and judge what was actually opened.
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return refuse("changed into a symlink while it was read".into());
+        }
+        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
+    };
+    let opened = file
+        .metadata()
+        .with_context(|| format!("inspecting {}", path.display()))?;
+    if !opened.is_file() {
+        return refuse("changed into something other than a regular file while it was read".into());
+    }
+    let mut bytes = Vec::with_capacity(opened.len().min(MAX_FILE as u64) as usize);
+    file.take(MAX_FILE as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() > MAX_FILE {
+        return refuse("grew past 1 MiB while it was read".into());
+    }
+    Ok(Some(bytes))
 }
 
 fn list_worktree_dir(root: &Path, parts: &[&str]) -> Result<Vec<String>> {
@@ -345,8 +406,25 @@ fn list_worktree_dir(root: &Path, parts: &[&str]) -> Result<Vec<String>> {
 struct Object {
     id: String,
     kind: String,
+    size: usize,
     content: Vec<u8>,
 }
+
+/// The largest artifact a gate reads (design §3.2); past it the file is refused.
+pub const MAX_FILE: usize = 1 << 20;
+
+/// A file the gate will not read: not a regular file, or too large. Its text completes
+/// "`<file>` …" in a "not satisfied" reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 impl Git {
     /// The commit `rev` names in the repo at `dir`, `None` if it names none.
@@ -439,6 +517,7 @@ impl Git {
         Ok(Some(Object {
             id: id.to_owned(),
             kind: kind.to_owned(),
+            size,
             content,
         }))
     }

@@ -487,6 +487,70 @@ fn read_file_gives_the_same_blob_via_worktree_and_ref() {
     );
 }
 
+/// A FIFO named like an artifact wedged the scheduler: the read blocked forever under the repo
+/// lock. Special and oversize files are refused at once, in a worktree and in a ref alike.
+#[test]
+fn fifos_devices_and_huge_files_are_refused_without_blocking() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-9", "feature/X-9")
+        .unwrap();
+    let via_wt = Source::Worktree(wt.clone());
+    nix::unistd::mkfifo(&wt.join("fifo.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", wt.join("zero.md")).unwrap();
+    std::fs::write(wt.join("big.md"), vec![b'x'; MAX_FILE + 1]).unwrap();
+    std::fs::write(wt.join("edge.md"), vec![b'x'; MAX_FILE]).unwrap();
+    let refusal = |rel: &str| {
+        let e = fx.git.read_file(&repo, &via_wt, rel).unwrap_err();
+        e.chain()
+            .find_map(|c| c.downcast_ref::<Refused>())
+            .unwrap_or_else(|| panic!("{rel}: {e:#}"))
+            .0
+            .clone()
+    };
+    assert_eq!(refusal("fifo.md"), "is a FIFO, not a regular file");
+    assert!(refusal("big.md").contains("larger than 1 MiB"));
+    // A symlink is read as git stores it (its target path), never followed.
+    let zero = fx
+        .git
+        .read_file(&repo, &via_wt, "zero.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!(zero.bytes, b"/dev/zero");
+    assert_eq!(
+        fx.git
+            .read_file(&repo, &via_wt, "edge.md")
+            .unwrap()
+            .unwrap()
+            .bytes
+            .len(),
+        MAX_FILE
+    );
+    // In a ref, a huge blob is refused from its size alone.
+    std::fs::remove_file(wt.join("fifo.md")).unwrap();
+    fx.git.commit_all(&wt, "big", ID_NAME, ID_EMAIL).unwrap();
+    fx.git.push_branch(&repo, &wt, "feature/X-9").unwrap();
+    fx.git.fetch(&lock, &repo).unwrap();
+    let via_ref = Source::Ref("origin/feature/X-9".into());
+    let e = fx.git.read_file(&repo, &via_ref, "big.md").unwrap_err();
+    assert!(
+        e.chain().any(|c| c.downcast_ref::<Refused>().is_some()),
+        "{e:#}"
+    );
+    assert_eq!(
+        fx.git
+            .read_file(&repo, &via_ref, "edge.md")
+            .unwrap()
+            .unwrap()
+            .bytes
+            .len(),
+        MAX_FILE
+    );
+}
+
 #[test]
 fn symlinks_are_read_as_git_stores_them_not_followed() {
     let fx = Fx::new();
