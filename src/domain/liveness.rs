@@ -118,16 +118,24 @@ fn is_zombie_state(state: char) -> bool {
 /// Field 2 (`comm`) is the executable name in parentheses and may itself contain spaces and
 /// parentheses (a process can rename itself to `a) b) c`), so the fields after it are found after
 /// the *last* `)` of the line, never by splitting the whole line on spaces.
-pub fn parse_stat(contents: &str) -> Option<ProcObservation> {
-    let open = contents.find('(')?;
-    let close = contents.rfind(')')?;
+///
+/// Bytes, not text: `comm` is whatever the process named itself, and a name that is not UTF-8
+/// must not make a live process look dead (it would escape cancel and the reaper).
+pub fn parse_stat(contents: &[u8]) -> Option<ProcObservation> {
+    let open = contents.iter().position(|&b| b == b'(')?;
+    let close = contents.iter().rposition(|&b| b == b')')?;
     if close < open {
         return None;
     }
-    contents[..open].trim().parse::<i32>().ok()?;
+    std::str::from_utf8(&contents[..open])
+        .ok()?
+        .trim()
+        .parse::<i32>()
+        .ok()?;
 
-    // Fields from 3 (state) on; field N is at index N - 3.
-    let rest: Vec<&str> = contents[close + 1..].split_whitespace().collect();
+    // Fields from 3 (state) on; field N is at index N - 3. They are all ASCII.
+    let tail = std::str::from_utf8(&contents[close + 1..]).ok()?;
+    let rest: Vec<&str> = tail.split_whitespace().collect();
     let state = single_char(rest.first()?)?;
     let start_time = rest.get(22 - 3)?.parse::<u64>().ok()?;
     Some(ProcObservation { state, start_time })
@@ -245,7 +253,7 @@ mod tests {
         ];
         for comm in comms {
             for state in ['S', 'Z'] {
-                let got = parse_stat(&stat_line(comm, state));
+                let got = parse_stat(stat_line(comm, state).as_bytes());
                 assert_eq!(
                     got,
                     Some(ProcObservation {
@@ -287,7 +295,7 @@ mod tests {
             ),
         ];
         for (name, text) in cases {
-            assert_eq!(parse_stat(&text), None, "case `{name}`");
+            assert_eq!(parse_stat(text.as_bytes()), None, "case `{name}`");
         }
     }
 
@@ -296,7 +304,7 @@ mod tests {
         // Fields 21 and 23 differ from 22, so an off-by-one would show.
         let line = "7 (x) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 21 22 23 0 0 0\n";
         assert_eq!(
-            parse_stat(line),
+            parse_stat(line.as_bytes()),
             Some(ProcObservation {
                 state: 'S',
                 start_time: 22

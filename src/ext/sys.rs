@@ -45,7 +45,7 @@ pub fn observe(pid: i32) -> Option<ProcObservation> {
     if pid <= 0 {
         return None;
     }
-    let contents = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let contents = fs::read(format!("/proc/{pid}/stat")).ok()?;
     liveness::parse_stat(&contents)
 }
 
@@ -245,6 +245,29 @@ mod tests {
             err.to_string(),
             "cannot record the identity of pid `2147483647`: `/proc/2147483647/stat` is missing or unreadable, so the process is gone"
         );
+    }
+
+    /// `/proc/<pid>/stat` was read as UTF-8 text: a process whose name is not UTF-8 was judged
+    /// dead, so it escaped cancel and the reaper.
+    #[test]
+    fn a_process_with_a_non_utf8_name_is_alive() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"sl\xff\xfeep");
+        let exe = dir.path().join(name);
+        std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
+        let mut child = Command::new(&exe).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let raw = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+        assert!(
+            std::str::from_utf8(&raw).is_err(),
+            "the name should not be UTF-8"
+        );
+        let me = identity_of(pid).unwrap();
+        assert_eq!(is_live(&me), Liveness::Alive);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!is_live(&me).is_alive());
     }
 
     #[test]
