@@ -239,6 +239,10 @@ pub struct SchedulerCfg {
     /// Base of the retry backoff of a failed attempt: `min(base · 2^(n−1), 1 h)`.
     #[serde(default = "default_retry_backoff")]
     pub retry_backoff_s: u64,
+    /// A task that sits in one stage longer than this (not paused, held or blocked: those
+    /// alerted already) raises one alert per visit. 0 turns the alert off.
+    #[serde(default = "default_stage_alert")]
+    pub stage_alert_after_s: u64,
 }
 
 impl Default for SchedulerCfg {
@@ -247,6 +251,7 @@ impl Default for SchedulerCfg {
             reaper_max_running_s: default_reaper_max(),
             reconcile_grace_s: default_grace(),
             retry_backoff_s: default_retry_backoff(),
+            stage_alert_after_s: default_stage_alert(),
         }
     }
 }
@@ -273,6 +278,9 @@ impl Default for GitCfg {
     }
 }
 
+fn default_stage_alert() -> u64 {
+    24 * 3600
+}
 fn default_git_timeout() -> u64 {
     300
 }

@@ -26,6 +26,10 @@ pub struct Ctx {
     pub json: bool,
     /// The clock, read once per command (refreshed by `tick_clock`).
     pub now: Ts,
+    /// Set by long-lived processes (`orch serve`): the transition leases they take expire after
+    /// this many seconds unless renewed, so a lease whose release failed is reclaimed although
+    /// its owner lives on.
+    pub lease_ttl: Option<i64>,
 }
 
 impl Ctx {
@@ -49,6 +53,7 @@ impl Ctx {
             db,
             json,
             now: now(),
+            lease_ttl: None,
         })
     }
 
@@ -61,6 +66,7 @@ impl Ctx {
             db: Db::open(&self.config.db_path())?,
             json: self.json,
             now: now(),
+            lease_ttl: self.lease_ttl,
         })
     }
 

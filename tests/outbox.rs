@@ -807,7 +807,7 @@ fn the_gitea_client_speaks_the_fakes_api() {
     assert_eq!(fake.data.lock().unwrap().pulls_created, 1);
 
     for main in ["main", "master", "trunk"] {
-        let e = g.delete_branch(&repo, main, "trunk").unwrap_err();
+        let e = g.delete_branch(&repo, main, "trunk", None).unwrap_err();
         assert!(matches!(e, CallError::Permanent(_)), "{e}");
     }
     assert!(
@@ -815,11 +815,11 @@ fn the_gitea_client_speaks_the_fakes_api() {
         "nothing was sent for a main branch"
     );
     assert_eq!(
-        g.delete_branch(&repo, "feature/SHOP-9-x", "main").unwrap(),
+        g.delete_branch(&repo, "feature/SHOP-9-x", "main", None).unwrap(),
         Deleted::Deleted
     );
     assert_eq!(
-        g.delete_branch(&repo, "feature/SHOP-9-x", "main").unwrap(),
+        g.delete_branch(&repo, "feature/SHOP-9-x", "main", None).unwrap(),
         Deleted::AlreadyGone
     );
 

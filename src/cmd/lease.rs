@@ -39,11 +39,11 @@ pub fn run(ctx: &mut Ctx, cmd: LeaseCmd) -> Result<Code> {
             let c = ctx.db.conn();
             let list = LeaseList {
                 schema_version: 1,
-                transition: lease::view(db::leases::transition_all(c)?)
+                transition: lease::view(db::leases::transition_all(c)?, ctx.now)
                     .iter()
                     .map(lease_out)
                     .collect(),
-                merge: lease::view(db::leases::merge_all(c)?)
+                merge: lease::view(db::leases::merge_all(c)?, ctx.now)
                     .iter()
                     .map(lease_out)
                     .collect(),

@@ -4,6 +4,7 @@ use anyhow::Result;
 use rusqlite::{Connection, Row, params};
 
 use crate::domain::ids::{JobId, TaskId};
+use crate::domain::liveness::ProcIdentity;
 use crate::domain::stage::{JobStatus, Role, Stage};
 use crate::domain::time::Ts;
 
@@ -29,6 +30,26 @@ pub struct JobRow {
     pub exit_code: Option<i64>,
     pub error: Option<String>,
     pub prompt: String,
+}
+
+impl JobRow {
+    /// The recorded supervisor, when one was recorded.
+    pub fn supervisor(&self) -> Option<ProcIdentity> {
+        Some(ProcIdentity {
+            pid: self.supervisor_pid? as i32,
+            start_time: self.supervisor_start? as u64,
+            boot_id: self.supervisor_boot.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The leader of the recorded child group (the agent, a suite, the CI command).
+    pub fn child_group(&self) -> Option<ProcIdentity> {
+        Some(ProcIdentity {
+            pid: self.agent_pgid? as i32,
+            start_time: self.agent_start? as u64,
+            boot_id: self.supervisor_boot.clone().unwrap_or_default(),
+        })
+    }
 }
 
 const COLS: &str = "id, task_id, role, stage, repo, status, attempts, max_attempts, available_at, \
@@ -96,6 +117,28 @@ pub fn supersede_queued(c: &Connection, task: TaskId, stage: Stage, now: Ts) -> 
          WHERE task_id = ?2 AND stage = ?3 AND status = 'queued'",
         params![now, task.0, stage.as_str()],
     )?)
+}
+
+/// Queued jobs whose task is finished (`done` or `cancelled`): `(job, task)`. Such a job can
+/// never run; the tick cancels it.
+pub fn queued_of_finished(c: &Connection) -> Result<Vec<(JobId, TaskId)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT j.id, j.task_id FROM jobs j JOIN tasks t ON t.id = j.task_id \
+         WHERE j.status = 'queued' AND t.stage IN ('done', 'cancelled')",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((JobId(r.get(0)?), TaskId(r.get(1)?))))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Cancel one queued job as superseded (its task left the stage, or finished).
+pub fn supersede(c: &Connection, id: JobId, now: Ts) -> Result<bool> {
+    Ok(c.execute(
+        "UPDATE jobs SET status = 'cancelled', error = 'superseded', finished_at = ?1 \
+         WHERE id = ?2 AND status = 'queued'",
+        params![now, id.0],
+    )? == 1)
 }
 
 /// Cancel every live job of a task; returns the running ones as they were (to be killed).

@@ -19,13 +19,16 @@ pub struct LeaseRow {
     pub owner: ProcIdentity,
     pub stage: Option<String>,
     pub acquired_at: Ts,
+    /// When set, the lease counts as released after this time unless renewed (owners that
+    /// live long, like `orch serve`).
+    pub expires_at: Option<Ts>,
 }
 
 pub fn transition_get(c: &Connection, task: TaskId) -> Result<Option<LeaseRow>> {
     Ok(c.query_row(
         "SELECT l.task_id, k.work_item, k.repo, l.owner_kind, l.pid, l.start_time, l.boot_id, \
-         l.stage, l.acquired_at FROM transition_lease l JOIN tasks k ON k.id = l.task_id \
-         WHERE l.task_id = ?",
+         l.stage, l.acquired_at, l.expires_at FROM transition_lease l \
+         JOIN tasks k ON k.id = l.task_id WHERE l.task_id = ?",
         [task.0],
         transition_row,
     )
@@ -45,6 +48,7 @@ fn transition_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
         },
         stage: Some(r.get(7)?),
         acquired_at: r.get(8)?,
+        expires_at: r.get(9)?,
     })
 }
 
@@ -56,10 +60,12 @@ pub fn transition_insert(
     owner: &ProcIdentity,
     stage: &str,
     now: Ts,
+    expires_at: Option<Ts>,
 ) -> Result<bool> {
     let n = c.execute(
         "INSERT INTO transition_lease (task_id, owner_kind, pid, start_time, boot_id, stage, \
-         acquired_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(task_id) DO NOTHING",
+         acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT(task_id) DO NOTHING",
         params![
             task.0,
             kind,
@@ -67,7 +73,30 @@ pub fn transition_insert(
             owner.start_time as i64,
             owner.boot_id,
             stage,
-            now
+            now,
+            expires_at
+        ],
+    )?;
+    Ok(n == 1)
+}
+
+/// Push the expiry of a lease this owner still holds (a fenced renewal); false when the lease
+/// is no longer this owner's.
+pub fn transition_renew(
+    c: &Connection,
+    task: TaskId,
+    owner: &ProcIdentity,
+    expires_at: Ts,
+) -> Result<bool> {
+    let n = c.execute(
+        "UPDATE transition_lease SET expires_at = ?1 WHERE task_id = ?2 AND pid = ?3 \
+         AND start_time = ?4 AND boot_id = ?5",
+        params![
+            expires_at,
+            task.0,
+            owner.pid,
+            owner.start_time as i64,
+            owner.boot_id
         ],
     )?;
     Ok(n == 1)
@@ -94,8 +123,8 @@ pub fn transition_delete(c: &Connection, task: TaskId) -> Result<bool> {
 pub fn transition_all(c: &Connection) -> Result<Vec<LeaseRow>> {
     let mut stmt = c.prepare_cached(
         "SELECT l.task_id, k.work_item, k.repo, l.owner_kind, l.pid, l.start_time, l.boot_id, \
-         l.stage, l.acquired_at FROM transition_lease l JOIN tasks k ON k.id = l.task_id \
-         ORDER BY l.acquired_at",
+         l.stage, l.acquired_at, l.expires_at FROM transition_lease l \
+         JOIN tasks k ON k.id = l.task_id ORDER BY l.acquired_at",
     )?;
     let rows = stmt
         .query_map([], transition_row)?
@@ -116,11 +145,13 @@ fn merge_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
         },
         stage: None,
         acquired_at: r.get(7)?,
+        expires_at: r.get(8)?,
     })
 }
 
 const MERGE_SELECT: &str = "SELECT m.repo, m.task_id, k.work_item, m.owner_kind, m.pid, \
-    m.start_time, m.boot_id, m.acquired_at FROM merge_lease m LEFT JOIN tasks k ON k.id = m.task_id";
+    m.start_time, m.boot_id, m.acquired_at, m.expires_at FROM merge_lease m \
+    LEFT JOIN tasks k ON k.id = m.task_id";
 
 pub fn merge_get(c: &Connection, repo: &str) -> Result<Option<LeaseRow>> {
     Ok(c.query_row(

@@ -118,6 +118,15 @@ pub fn journal(
     Ok(())
 }
 
+/// Whether the journal has a `kind` row for `task` written at or after `since`.
+pub fn journaled_since(c: &Connection, task: TaskId, kind: &str, since: Ts) -> Result<bool> {
+    Ok(c.query_row(
+        "SELECT EXISTS (SELECT 1 FROM lessons WHERE task_id = ?1 AND kind = ?2 AND at >= ?3)",
+        params![task.0, kind, since],
+        |r| r.get(0),
+    )?)
+}
+
 /// Open (or extend) the dispatch breaker until `until`.
 pub fn open_breaker(c: &Connection, until: Ts, reason: &str) -> Result<()> {
     c.execute(

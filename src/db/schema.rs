@@ -231,4 +231,12 @@ ALTER TABLE events ADD COLUMN body_size INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE events ADD COLUMN replay_of INTEGER;
 CREATE INDEX events_delivery_only ON events(delivery_id, id);
 "#,
+    // 4: crash safety. A lease of a long-lived owner (`orch serve`) expires unless renewed, so
+    // one whose release failed is reclaimed although its owner lives on; the journal is looked
+    // up per task (the stage-age alert fires once per visit).
+    r#"
+ALTER TABLE transition_lease ADD COLUMN expires_at INTEGER;   -- NULL: held while the owner lives
+ALTER TABLE merge_lease ADD COLUMN expires_at INTEGER;
+CREATE INDEX lessons_task ON lessons(task_id, kind, at);
+"#,
 ];

@@ -13,6 +13,7 @@ pub enum WaitReason {
     Paused,
     Blocked,
     Held,
+    TaskBusy,
     Dependency,
     SerialGate,
     Frozen,
@@ -27,6 +28,7 @@ impl WaitReason {
             WaitReason::Paused => "paused",
             WaitReason::Blocked => "blocked",
             WaitReason::Held => "held",
+            WaitReason::TaskBusy => "task-busy",
             WaitReason::Dependency => "dependency",
             WaitReason::SerialGate => "serial-gate",
             WaitReason::Frozen => "frozen",
@@ -53,6 +55,8 @@ pub struct TaskFacts<'a> {
     pub paused: Option<(Ts, &'a str, &'a str)>,
     pub blocked: Option<&'a str>,
     pub held: Option<&'a str>,
+    /// A cancel is recorded and not applied yet: nothing of the task starts any more.
+    pub cancel_requested: bool,
 }
 
 /// Another task that a job's task depends on, or that is ahead of it in its repo.
@@ -76,6 +80,8 @@ pub struct JobFacts<'a> {
     pub ahead: Option<OtherTask<'a>>,
     /// The repo's freeze: (reason, by).
     pub frozen: Option<(&'a str, &'a str)>,
+    /// Another job of the same task that is running: one task never has two workers.
+    pub busy_with: Option<i64>,
 }
 
 /// Facts shared by all jobs of one pass.
@@ -121,6 +127,12 @@ pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
             format!("{} is already {}", t.work_item, t.stage),
         );
     }
+    if t.cancel_requested {
+        return w(
+            WaitReason::Blocked,
+            format!("{} is being cancelled", t.work_item),
+        );
+    }
     if let Some(reason) = t.blocked {
         return w(
             WaitReason::Blocked,
@@ -131,6 +143,12 @@ pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
         return w(
             WaitReason::Held,
             format!("{} is held: {}", t.work_item, reason),
+        );
+    }
+    if let Some(other) = job.busy_with {
+        return w(
+            WaitReason::TaskBusy,
+            format!("{} is already running job {other}", t.work_item),
         );
     }
     if let Some(dep) = job.open_deps.first() {
@@ -215,11 +233,13 @@ mod tests {
                 paused: None,
                 blocked: None,
                 held: None,
+                cancel_requested: false,
             },
             open_deps: vec![],
             serial_gate: true,
             ahead: None,
             frozen: None,
+            busy_with: None,
         }
     }
 
@@ -258,6 +278,7 @@ mod tests {
             stage: Stage::Analysis,
         });
         j.frozen = Some(("release", "ops"));
+        j.busy_with = Some(41);
         let mut gl = g();
         gl.breaker = Some((5000, "usage limit"));
         gl.running = 2;
@@ -266,6 +287,7 @@ mod tests {
             "paused",
             "blocked",
             "held",
+            "task-busy",
             "dependency",
             "serial-gate",
             "frozen",
@@ -279,6 +301,7 @@ mod tests {
                 "paused" => j.task.paused = None,
                 "blocked" => j.task.blocked = None,
                 "held" => j.task.held = None,
+                "task-busy" => j.busy_with = None,
                 "dependency" => j.open_deps.clear(),
                 "serial-gate" => j.ahead = None,
                 "frozen" => j.frozen = None,

@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use crate::domain::time::Ts;
+
 /// Who a process was when it was recorded: enough to tell it apart from any later process that
 /// happens to get the same pid, on this boot or another.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +56,9 @@ pub enum DeadReason {
     Zombie,
     /// The pid now belongs to a different process.
     PidReused,
+    /// A lease of a long-lived owner (`orch serve`) that was not renewed in time: the owner may
+    /// live on, but its release evidently failed.
+    Expired,
 }
 
 impl DeadReason {
@@ -79,7 +84,17 @@ impl fmt::Display for DeadReasonDisplay {
             DeadReason::NoSuchProcess => write!(f, "pid {pid} is gone"),
             DeadReason::Zombie => write!(f, "pid {pid} is a zombie"),
             DeadReason::PidReused => write!(f, "pid {pid} was reused (start time differs)"),
+            DeadReason::Expired => write!(f, "the lease of pid {pid} expired unrenewed"),
         }
+    }
+}
+
+/// Whether a lease still counts as held: its owner alive and, for a lease that expires, not
+/// past `expires_at`.
+pub fn judge_lease(owner: Liveness, expires_at: Option<Ts>, now: Ts) -> Liveness {
+    match expires_at {
+        Some(at) if at <= now => Liveness::Dead(DeadReason::Expired),
+        _ => owner,
     }
 }
 

@@ -113,12 +113,12 @@ pub const ALL: &[(&str, &str)] = &[
         "outbox: a row is sent, before it is marked done",
     ),
     (
-        "cancel.after-commit",
-        "cancel: the task is tombstoned, before its processes are killed",
+        "cancel.after-kill",
+        "cancel: intent recorded and processes killed, before the tombstone",
     ),
     (
-        "cancel.after-kill",
-        "cancel: its processes are killed, before the worktree is removed",
+        "cancel.after-commit",
+        "cancel: the task is tombstoned, before the worktree is removed",
     ),
     (
         "ingest.after-route",

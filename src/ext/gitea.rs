@@ -85,6 +85,9 @@ pub struct PullRequest {
 pub enum Deleted {
     Deleted,
     AlreadyGone,
+    /// The branch no longer points at the commit the caller expected (a task started again
+    /// with the same id pushed to it): it is kept.
+    Moved(String),
 }
 
 #[derive(Deserialize)]
@@ -306,11 +309,14 @@ impl<'a> Gitea<'a> {
 
     /// `DELETE /repos/{owner}/{repo}/branches/{branch}`. Refuses `main`, `master` and `main`
     /// (the repo's main branch) before anything is sent; a branch already gone is not an error.
+    /// Delete `branch` (never a main branch). With `expect`, only while it still points at that
+    /// commit.
     pub fn delete_branch(
         &self,
         repo: &ForgeRepo,
         branch: &str,
         main: &str,
+        expect: Option<&str>,
     ) -> Result<Deleted, CallError> {
         let what = "delete forge branch";
         if branch == "main" || branch == "master" || branch == main {
@@ -326,6 +332,25 @@ impl<'a> Gitea<'a> {
             )));
         }
         let url = format!("{}/branches/{}", self.repo_url(repo)?, branch_path(branch));
+        if let Some(sha) = expect {
+            // The API has no conditional delete: look first. The window between the two calls
+            // is the API's; the cancel that queued this was long before.
+            let (status, body) = self.call("read forge branch", Method::Get, &url, None)?;
+            match status {
+                404 => return Ok(Deleted::AlreadyGone),
+                200..=299 => {
+                    let head = serde_json::from_str::<BranchDoc>(&body)
+                        .map(|b| b.commit.id)
+                        .map_err(|e| {
+                            CallError::Permanent(format!("{what}: bad branch JSON: {e}"))
+                        })?;
+                    if !head.eq_ignore_ascii_case(sha) {
+                        return Ok(Deleted::Moved(head));
+                    }
+                }
+                _ => return Err(CallError::from_status(what, status, &body)),
+            }
+        }
         let (status, body) = self.call(what, Method::Delete, &url, None)?;
         match status {
             200..=299 => Ok(Deleted::Deleted),
@@ -333,6 +358,17 @@ impl<'a> Gitea<'a> {
             _ => Err(CallError::from_status(what, status, &body)),
         }
     }
+}
+
+/// The part of Gitea's branch document a conditional delete reads.
+#[derive(Deserialize)]
+struct BranchDoc {
+    commit: BranchCommit,
+}
+
+#[derive(Deserialize)]
+struct BranchCommit {
+    id: String,
 }
 
 #[cfg(test)]
@@ -385,7 +421,7 @@ mod tests {
         let g = Gitea::new(&http, "http://127.0.0.1:9", None);
         let repo = ForgeRepo::parse("team/shop").unwrap();
         for b in ["main", "master", "trunk"] {
-            let e = g.delete_branch(&repo, b, "trunk").unwrap_err();
+            let e = g.delete_branch(&repo, b, "trunk", None).unwrap_err();
             assert!(
                 matches!(&e, CallError::Permanent(m) if m.contains("refusing")),
                 "{b}: {e}"

@@ -17,6 +17,7 @@ use crate::domain::ids::{JobId, TaskRef};
 use crate::domain::prompt::Rollback;
 use crate::domain::stage::{Role, Stage};
 use crate::error::usage;
+use crate::ext::failpoint;
 use crate::ops::apply::{
     Audit, enqueue, record, record_alone, record_full, record_here, role_on_entry,
 };
@@ -127,8 +128,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
     let lease = if req.dry_run {
         None
     } else {
-        let path = ctx.config.db_path();
-        match TransitionLease::acquire(&ctx.db, path, task.id, "advance", task.stage, ctx.now)? {
+        match TransitionLease::acquire(ctx, task.id, "advance", task.stage)? {
             Ok(l) => Some(l),
             Err(busy) => {
                 let reason = format!("deferred: {}", busy.describe());
@@ -138,6 +138,9 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
         }
     };
 
+    if lease.is_some() {
+        failpoint::hit("advance.lease-taken");
+    }
     let view = match gather::open(ctx, &task, &repo) {
         Ok(v) => v,
         // The repo stayed locked past its deadline: nothing was decided, try later.
@@ -150,6 +153,10 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
         }
         Err(e) => return Err(e),
     };
+    if let Some(l) = &lease {
+        // The fetch may have taken a while: an expiring lease is pushed before deciding.
+        l.renew(&ctx.db, crate::ctx::now())?;
+    }
     let facts = gather::facts(ctx, &task, &repo, &view)?;
     let result = gate::evaluate(task.stage, &facts);
     info!(work_item = %task.work_item, stage = %task.stage, "gate: {result:?}");
@@ -231,9 +238,13 @@ fn apply_forward(
             work_missing: None,
         });
     }
+    failpoint::hit("advance.before-cas");
     let applied = ctx.write(|ctx, tx| {
         let mut from = task.stage;
-        for hop in &plan.hops {
+        for (i, hop) in plan.hops.iter().enumerate() {
+            if i > 0 {
+                failpoint::hit("advance.between-hops");
+            }
             let m = if hop.to == final_stage {
                 marker.as_deref()
             } else {
@@ -242,6 +253,7 @@ fn apply_forward(
             if !db::tasks::cas_stage(tx, task.id, from, hop.to, m, ctx.now)? {
                 return Ok(None);
             }
+            failpoint::hit("advance.after-cas");
             record(
                 ctx,
                 tx,
@@ -281,6 +293,7 @@ fn apply_forward(
         };
         Ok(Some(job))
     })?;
+    failpoint::hit("advance.after-commit");
     let Some(job) = applied else {
         return lost(ctx, task, req);
     };
@@ -353,6 +366,7 @@ fn apply_failure(
         .unwrap_or_else(|| format!("branch `{}`", task.branch));
     let marker = view.entry_marker(Stage::Development)?;
     let max = ctx.config.max_developer_retries;
+    failpoint::hit("advance.before-cas");
     let applied = ctx.write(|ctx, tx| match plan {
         FailPlan::Block => {
             let why = format!(
@@ -377,6 +391,7 @@ fn apply_failure(
             )? {
                 return Ok(None);
             }
+            failpoint::hit("advance.after-cas");
             db::tasks::set_dev_retries(tx, task.id, new_retries, ctx.now)?;
             db::tasks::set_held(tx, task.id, None, ctx.now)?;
             db::jobs::supersede_queued(tx, task.id, task.stage, ctx.now)?;
@@ -408,6 +423,7 @@ fn apply_failure(
             )?)))
         }
     })?;
+    failpoint::hit("advance.after-commit");
     let Some(job) = applied else {
         return lost(ctx, task, req);
     };
@@ -447,8 +463,7 @@ fn override_to(
     let _lease = if req.dry_run {
         None
     } else {
-        let path = ctx.config.db_path();
-        match TransitionLease::acquire(&ctx.db, path, task.id, "operator", task.stage, ctx.now)? {
+        match TransitionLease::acquire(ctx, task.id, "operator", task.stage)? {
             Ok(l) => Some(l),
             Err(busy) => {
                 let reason = format!("deferred: {}", busy.describe());

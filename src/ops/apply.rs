@@ -164,3 +164,81 @@ pub fn record_alone(
 ) -> Result<()> {
     ctx.write(|ctx, tx| record_here(ctx, tx, task, actor, outcome, reason))
 }
+
+/// The marker in the prompt of a job that re-runs a stage whose work was missing; such jobs
+/// since stage entry are the second chances already given (counted from the database).
+pub const MISSING_MARKER: &str = "orch: missing-work rerun";
+
+/// What `missing_work` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// A new job of the role, told what is missing.
+    Rerun(JobId),
+    /// The second chance was spent: the task is held with an alert.
+    Held(String),
+    /// A job of the stage is already queued or running: nothing to do.
+    Busy,
+}
+
+/// A role's job ended `done` but its stage's work is missing or invalid (`problem`, the gate's
+/// reason): re-run the role once with the problem in its prompt, then hold the task for a
+/// human with an alert (design §3.3). Without this the task sat with no job and no alert,
+/// holding its repo's serial gate.
+pub fn missing_work(
+    ctx: &Ctx,
+    task: &TaskRow,
+    role: Role,
+    actor: Actor,
+    problem: &str,
+) -> Result<Missing> {
+    let stage = task.stage;
+    let jobs = db::jobs::of_task(ctx.db.conn(), task.id)?;
+    if jobs.iter().any(|j| {
+        j.stage == stage
+            && matches!(
+                j.status,
+                crate::domain::stage::JobStatus::Queued | crate::domain::stage::JobStatus::Running
+            )
+    }) {
+        return Ok(Missing::Busy);
+    }
+    let reruns = jobs
+        .iter()
+        .filter(|j| {
+            j.stage == stage
+                && j.created_at >= task.stage_entered_at
+                && j.prompt.contains(MISSING_MARKER)
+        })
+        .count() as u32;
+    match gate::on_missing(reruns) {
+        gate::MissingPlan::Rerun => ctx.write(|ctx, tx| {
+            let job = enqueue(ctx, tx, task, role, stage, None)?;
+            let note = format!(
+                "## The previous run left its work missing\n\nThe {role} job of this stage \
+                 ended without the stage's work: {problem}. Do the stage's work and write its \
+                 artifact now.\n\n{MISSING_MARKER}"
+            );
+            db::jobs::mark_retry(tx, job, &note, ctx.now)?;
+            db::misc::journal(
+                tx,
+                Some(task.id),
+                "rerun",
+                &format!("{role} re-run: {problem}"),
+                ctx.now,
+            )?;
+            Ok(Missing::Rerun(job))
+        }),
+        gate::MissingPlan::Hold => {
+            let why = format!("the {role} finished twice without the work of `{stage}`: {problem}");
+            ctx.write(|ctx, tx| {
+                db::tasks::set_held(tx, task.id, Some(&why), ctx.now)?;
+                db::misc::journal(tx, Some(task.id), "held", &why, ctx.now)?;
+                record_here(ctx, tx, task, actor, Outcome::Held, &why)?;
+                let text = format!("{} held: {why}", task.work_item);
+                notify::alert(ctx, tx, Some(task), &text);
+                Ok(())
+            })?;
+            Ok(Missing::Held(why))
+        }
+    }
+}

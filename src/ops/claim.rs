@@ -18,40 +18,47 @@ pub struct Claimed {
     pub attempt: u32,
 }
 
-/// Claim as many jobs as the rules allow. With `dry_run` nothing is written: the list is what a
-/// real pass would claim now.
-pub fn claim(ctx: &Ctx, dry_run: bool) -> Result<Vec<Claimed>> {
-    let pass = |c: &rusqlite::Connection, write: bool| -> Result<Vec<Claimed>> {
-        let mut world = World::gather_in(c, &ctx.config, ctx.now)?;
-        let queued: Vec<_> = world
-            .jobs
-            .iter()
-            .filter(|j| j.status == JobStatus::Queued)
-            .cloned()
-            .collect();
-        let mut out = Vec::new();
-        for j in queued {
-            if world.wait(&j).is_some() {
+/// What a pass would claim now, in claim order, changing nothing (`orch tick --plan`). Jobs
+/// planned earlier in the pass count as running, for `max_concurrency` and for their task.
+pub fn plan(ctx: &Ctx) -> Result<Vec<Claimed>> {
+    let mut world = World::gather_in(ctx.db.conn(), &ctx.config, ctx.now)?;
+    let queued: Vec<_> = world
+        .jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Queued)
+        .cloned()
+        .collect();
+    let mut out = Vec::new();
+    let mut busy = std::collections::HashSet::new();
+    for j in queued {
+        if busy.contains(&j.task_id.0) || world.wait(&j).is_some() {
+            continue;
+        }
+        out.push(Claimed {
+            job: j.id,
+            attempt: j.attempts + 1,
+        });
+        busy.insert(j.task_id.0);
+        world.claimed += 1;
+    }
+    Ok(out)
+}
+
+/// Claim the oldest claimable job, if any, in a transaction of its own. The tick claims one
+/// job, starts its supervisor and records it before it claims the next, so a crash between a
+/// claim and its launch strands at most one job (and the reaper gives that one its attempt
+/// back).
+pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
+    ctx.db.write(|tx| {
+        let world = World::gather_in(tx, &ctx.config, ctx.now)?;
+        for j in world.jobs.iter().filter(|j| j.status == JobStatus::Queued) {
+            if world.wait(j).is_some() {
                 continue;
             }
-            if write {
-                if let Some(attempt) = db::jobs::claim(c, j.id, ctx.now)? {
-                    out.push(Claimed { job: j.id, attempt });
-                    world.claimed += 1;
-                }
-            } else {
-                out.push(Claimed {
-                    job: j.id,
-                    attempt: j.attempts + 1,
-                });
-                world.claimed += 1;
+            if let Some(attempt) = db::jobs::claim(tx, j.id, ctx.now)? {
+                return Ok(Some(Claimed { job: j.id, attempt }));
             }
         }
-        Ok(out)
-    };
-    if dry_run {
-        pass(ctx.db.conn(), false)
-    } else {
-        ctx.db.write(|tx| pass(tx, true))
-    }
+        Ok(None)
+    })
 }

@@ -15,7 +15,7 @@ use crate::domain::claim::dependency_cycle;
 use crate::domain::fsck::{self, Facts, LeaseFacts, OutboxFacts, RunningJob, TaskFacts, Violation};
 use crate::domain::gate;
 use crate::domain::ids::{TaskRef, WorkItem};
-use crate::domain::liveness::{Liveness, ProcIdentity};
+use crate::domain::liveness::Liveness;
 use crate::domain::stage::{JobStatus, Stage};
 use crate::ext::git::Git;
 use crate::ext::sys;
@@ -59,14 +59,6 @@ pub fn fsck(ctx: &Ctx) -> Result<Report> {
     })
 }
 
-fn supervisor_of(j: &JobRow) -> Option<ProcIdentity> {
-    Some(ProcIdentity {
-        pid: j.supervisor_pid? as i32,
-        start_time: j.supervisor_start? as u64,
-        boot_id: j.supervisor_boot.clone().unwrap_or_default(),
-    })
-}
-
 fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
     let now = ctx.now;
     let git = ctx.git();
@@ -86,7 +78,7 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
     }
     for j in live.iter().filter(|j| j.status == JobStatus::Running) {
         let task = &by_id[&j.task_id.0];
-        let supervisor_dead = match supervisor_of(j) {
+        let supervisor_dead = match j.supervisor() {
             Some(s) => match sys::is_live(&s) {
                 Liveness::Alive => None,
                 Liveness::Dead(r) => Some(format!("its supervisor is gone ({})", r.display(s.pid))),
@@ -137,7 +129,7 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
         (db::leases::transition_all(c)?, false),
         (db::leases::merge_all(c)?, true),
     ] {
-        for l in crate::ops::lease::view(rows) {
+        for l in crate::ops::lease::view(rows, now) {
             let (what, release) = if merge {
                 (
                     format!("merge lease of repo `{}`", l.row.repo),

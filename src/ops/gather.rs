@@ -117,31 +117,35 @@ fn refused(e: &anyhow::Error) -> Option<String> {
 pub fn open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
     let git = ctx.git();
     let lock = git.lock(&repo.name)?;
-    open_locked(ctx, task, repo, git, lock)
+    open_locked(task, repo, git, lock, true)
 }
 
 /// Like `open`, but `None` at once when the repo lock is busy (the tick skips the task for this
-/// pass instead of waiting behind a supervisor's git work).
-pub fn try_open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
+/// pass instead of waiting behind a supervisor's git work), and with `fetch: false` it reads
+/// what the clone already has (the reconciler fetches each repo once per pass, not once per
+/// task).
+pub fn try_open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, fetch: bool) -> Result<Option<GitView>> {
     let git = ctx.git();
     match git.try_lock(&repo.name)? {
-        Some(lock) => open_locked(ctx, task, repo, git, lock).map(Some),
+        Some(lock) => open_locked(task, repo, git, lock, fetch).map(Some),
         None => Ok(None),
     }
 }
 
 fn open_locked(
-    _ctx: &Ctx,
     task: &TaskRow,
     repo: &RepoCfg,
     git: Git,
     lock: RepoLock,
+    fetch: bool,
 ) -> Result<GitView> {
     let r = repo.git_ref();
     git.ensure_clone(&lock, &r)
         .with_context(|| format!("cloning repo `{}` from `{}`", repo.name, repo.remote))?;
-    git.fetch(&lock, &r)
-        .with_context(|| format!("fetching repo `{}`", repo.name))?;
+    if fetch {
+        git.fetch(&lock, &r)
+            .with_context(|| format!("fetching repo `{}`", repo.name))?;
+    }
     git.ff_worktree_if_clean(&lock, &r, &task.base_work_item, &task.branch)?;
     let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
     Ok(GitView {

@@ -27,6 +27,7 @@ use crate::domain::webhook::{
     Secret, Verified,
 };
 use crate::error::{Code, code_of, usage};
+use crate::ext::failpoint;
 use crate::ops::advance;
 use crate::ops::{gather, task};
 
@@ -138,6 +139,7 @@ pub fn ingest(
         Err(r) => Routed::rejected(r),
         Ok(v) => route_verified(ctx, &d, v, true),
     };
+    failpoint::hit("ingest.after-route");
     store(ctx, d, routed)
 }
 

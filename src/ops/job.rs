@@ -20,7 +20,7 @@ use crate::domain::ids::JobId;
 use crate::domain::stage::{JobStatus, Role, Stage};
 use crate::error::{Code, exit, usage};
 use crate::ext::proc::{self, Ending, RunOutcome, Spec};
-use crate::ext::sys;
+use crate::ext::{failpoint, sys};
 use crate::ops::advance;
 use crate::ops::worktree::{self, Identity};
 
@@ -182,6 +182,7 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
             format!("job {} attempt {attempt} is no longer ours to run", id.0),
         ));
     }
+    failpoint::hit("job.after-start");
     let task = db::tasks::get(ctx.db.conn(), job.task_id)?;
     let span = tracing::info_span!("job", work_item = %task.work_item, job = id.0);
     let _g = span.enter();
@@ -262,7 +263,10 @@ fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<Jo
             kind,
             &task.base_work_item,
             false,
-            crate::ops::runner::Caller::Supervisor,
+            crate::ops::runner::Caller::Supervisor {
+                job: job.id,
+                attempt,
+            },
         )?;
         let detail = format!("{} {}: {}", rep.runner, rep.outcome, rep.reason);
         let finished = ctx.db.write(|tx| {
@@ -407,17 +411,10 @@ fn launch_agent(
         end_marker: Some(Box::new(agent::is_result_line)),
         linger_grace: Duration::from_secs(3),
     };
-    let db_path = ctx.config.db_path();
-    let jid = job.id;
-    let outcome = proc::run_supervised(spec, |s| {
-        // A separate connection: the callback runs while the caller's borrow is busy.
-        let res = db::Db::open(&db_path).and_then(|db| {
-            db.write(|tx| db::jobs::set_agent(tx, jid, attempt, s.pgid as i64, s.start_time as i64))
-        });
-        if let Err(e) = res {
-            warn!("could not record the agent process group: {e:#}");
-        }
-    });
+    let outcome = proc::run_supervised(
+        spec,
+        worktree::record_group(ctx, job.id, attempt, "job.agent-running"),
+    );
     Ok((outcome, model, effort, started_at))
 }
 
@@ -519,22 +516,43 @@ fn finish_agent_run(
         return Ok(report(status, detail, None));
     }
 
-    // Success: commit what the agent changed as the role, push the feature branch.
+    // Success: commit what the agent changed as the role, push the feature branch. A
+    // supervisor whose attempt was taken over (reaped, cancelled) must not push over the new
+    // owner: the fence is checked before each side effect.
+    failpoint::hit("job.agent-exited");
+    let stale = || {
+        report(
+            AttemptOutcome::Stale,
+            "another attempt owns this job now; outcome dropped".into(),
+            None,
+        )
+    };
+    if !still_ours(ctx, job.id, attempt)? {
+        return Ok(stale());
+    }
     let msg = format!(
         "{}: {} (job {}, attempt {attempt})",
         task.base_work_item, job.role, job.id.0
     );
     let sha = worktree::commit(ctx, worktree, None, &msg, &Identity::of_role(job.role))?;
+    failpoint::hit("job.after-commit");
+    if !still_ours(ctx, job.id, attempt)? {
+        return Ok(stale());
+    }
     worktree::push(ctx, repo, task, worktree)?;
     info!(commit = ?sha, "pushed {}", task.branch);
-    // Exit 0 is recorded only once the work is pushed: a reaper that finds this supervisor dead
-    // with exit 0 may then finish the job without losing anything; before that, it re-runs it.
-    ctx.db
-        .write(|tx| db::jobs::set_exit(tx, job.id, attempt, code.or(Some(0)), None))?;
+    failpoint::hit("job.after-push");
 
     if job.role == Role::Developer && repo.ci.mode == CiMode::Command {
-        run_ci_command(ctx, task, repo, worktree)?;
+        run_ci_command(ctx, job, attempt, task, repo, worktree)?;
     }
+
+    // Exit 0 is recorded only once the work is pushed and the CI command has answered: a
+    // reaper that finds this supervisor dead with exit 0 may then finish the job without
+    // losing anything; before that, it runs the job again.
+    ctx.db
+        .write(|tx| db::jobs::set_exit(tx, job.id, attempt, code.or(Some(0)), None))?;
+    failpoint::hit("job.after-exit");
 
     if !ctx.db.write(|tx| {
         db::jobs::finish(
@@ -546,12 +564,9 @@ fn finish_agent_run(
             crate::ctx::now(),
         )
     })? {
-        return Ok(report(
-            AttemptOutcome::Stale,
-            "another attempt owns this job now; outcome dropped".into(),
-            None,
-        ));
+        return Ok(stale());
     }
+    failpoint::hit("job.after-finish");
     let rep = worktree::advance_as(ctx, task, job.stage, job.role, Actor::Supervisor, None);
     let rep = match rep {
         Ok(r) => r,
@@ -565,13 +580,39 @@ fn finish_agent_run(
             ));
         }
     };
+    // Done, but the stage's work is missing or invalid: the role gets one more run, then the
+    // task is held (it must never sit with no job and no alert).
+    if let Some(problem) = &rep.work_missing {
+        let fresh = db::tasks::get(ctx.db.conn(), task.id)?;
+        if fresh.stage == job.stage {
+            let what = crate::ops::apply::missing_work(
+                &ctx.reopen()?,
+                &fresh,
+                job.role,
+                Actor::Supervisor,
+                problem,
+            )?;
+            warn!(
+                "the {} left its work missing ({problem}): {what:?}",
+                job.role
+            );
+        }
+    }
     Ok(report(AttemptOutcome::Done, rep.reason.clone(), Some(rep)))
+}
+
+/// Whether attempt `attempt` of `id` is still this supervisor's to finish.
+fn still_ours(ctx: &Ctx, id: JobId, attempt: u32) -> Result<bool> {
+    Ok(db::jobs::get(ctx.db.conn(), id)?
+        .is_some_and(|j| j.status == JobStatus::Running && j.attempts == attempt))
 }
 
 /// `ci.mode: command` (design §3.4): run the check in the worktree and record it as the CI status
 /// of the branch head, where the development gate reads it.
 fn run_ci_command(
     ctx: &Ctx,
+    job: &JobRow,
+    attempt: u32,
     task: &TaskRow,
     repo: &RepoCfg,
     worktree: &std::path::Path,
@@ -602,8 +643,9 @@ fn run_ci_command(
             end_marker: None,
             linger_grace: Duration::from_secs(1),
         },
-        |_| {},
+        worktree::record_group(ctx, job.id, attempt, "ci.running"),
     );
+    failpoint::hit("ci.after-exit");
     let (state, detail) = match out.ending {
         Ending::Exited(0) => ("success", String::new()),
         ref other => (

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use tracing::{info, warn};
 
+use crate::ctx::Ctx;
 use crate::db::{self, Db, leases::LeaseRow};
 use crate::domain::ids::TaskId;
-use crate::domain::liveness::{Liveness, ProcIdentity};
+use crate::domain::liveness::{self, Liveness, ProcIdentity};
 use crate::domain::stage::Stage;
 use crate::domain::time::{Ts, rfc3339};
 use crate::ext::sys;
@@ -20,6 +21,8 @@ pub struct TransitionLease {
     db_path: PathBuf,
     task: TaskId,
     owner: ProcIdentity,
+    /// For a long-lived owner: how long the lease lasts unrenewed.
+    ttl: Option<i64>,
     released: bool,
 }
 
@@ -45,27 +48,29 @@ pub fn describe_owner(row: &LeaseRow) -> String {
 }
 
 impl TransitionLease {
-    /// Take the task's lease: insert when free, reclaim a dead owner's row on sight, and report
-    /// `Busy` when a live owner holds it.
+    /// Take the task's lease: insert when free, reclaim a dead owner's (or an expired) row on
+    /// sight, and report `Busy` when a live owner holds it. A long-lived process (`ctx.lease_ttl`
+    /// set: `orch serve`) takes a lease that expires unless renewed, so one whose release
+    /// failed does not stay held as long as the process lives.
     pub fn acquire(
-        db: &Db,
-        db_path: PathBuf,
+        ctx: &Ctx,
         task: TaskId,
         kind: &str,
         stage: Stage,
-        now: Ts,
     ) -> Result<std::result::Result<TransitionLease, Busy>> {
         let me = sys::self_identity()?;
-        let got = db.write(|tx| {
-            if db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now)? {
+        let now = ctx.now;
+        let expires = ctx.lease_ttl.map(|t| now + t);
+        let got = ctx.db.write(|tx| {
+            if db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now, expires)? {
                 return Ok(Ok(()));
             }
             let Some(row) = db::leases::transition_get(tx, task)? else {
                 // Released between our insert and read: take it now.
-                db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now)?;
+                db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now, expires)?;
                 return Ok(Ok(()));
             };
-            match sys::is_live(&row.owner) {
+            match judge(&row, now) {
                 Liveness::Alive => Ok(Err(Busy { row })),
                 Liveness::Dead(why) => {
                     info!(
@@ -74,17 +79,34 @@ impl TransitionLease {
                         why.display(row.owner.pid)
                     );
                     db::leases::transition_delete(tx, task)?;
-                    db::leases::transition_insert(tx, task, kind, &me, stage.as_str(), now)?;
+                    db::leases::transition_insert(
+                        tx,
+                        task,
+                        kind,
+                        &me,
+                        stage.as_str(),
+                        now,
+                        expires,
+                    )?;
                     Ok(Ok(()))
                 }
             }
         })?;
         Ok(got.map(|()| TransitionLease {
-            db_path,
+            db_path: ctx.config.db_path(),
             task,
             owner: me,
+            ttl: ctx.lease_ttl,
             released: false,
         }))
+    }
+
+    /// Push the expiry of an expiring lease before a long step (no-op for other owners).
+    pub fn renew(&self, db: &Db, now: Ts) -> Result<()> {
+        if let Some(ttl) = self.ttl {
+            db.write(|tx| db::leases::transition_renew(tx, self.task, &self.owner, now + ttl))?;
+        }
+        Ok(())
     }
 
     /// Release inside the caller's own transaction (so the release commits with the change).
@@ -118,13 +140,19 @@ pub struct LeaseView {
     pub liveness: Liveness,
 }
 
-pub fn view(rows: Vec<LeaseRow>) -> Vec<LeaseView> {
+/// Judge every lease row at `now`: its owner's liveness, and its expiry when it has one.
+pub fn view(rows: Vec<LeaseRow>, now: Ts) -> Vec<LeaseView> {
     rows.into_iter()
         .map(|row| LeaseView {
-            liveness: sys::is_live(&row.owner),
+            liveness: judge(&row, now),
             row,
         })
         .collect()
+}
+
+/// Whether a lease row still counts as held at `now`.
+pub fn judge(row: &LeaseRow, now: Ts) -> Liveness {
+    liveness::judge_lease(sys::is_live(&row.owner), row.expires_at, now)
 }
 
 /// `orch lease release <WI> [--force]` and `--merge <repo>`: refuse a live owner unless forced.
@@ -156,7 +184,7 @@ pub fn release(ctx: &crate::ctx::Ctx, target: ReleaseTarget<'_>, force: bool) ->
     let Some(row) = row else {
         return Ok(format!("{what} is not held; nothing to do"));
     };
-    let live = sys::is_live(&row.owner);
+    let live = judge(&row, ctx.now);
     if live == Liveness::Alive && !force {
         return Err(exit(
             Code::Busy,

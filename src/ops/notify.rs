@@ -315,6 +315,10 @@ pub struct DeleteBranchPayload {
     pub repo: String,
     pub branch: String,
     pub main: String,
+    /// The commit the branch pointed at when the task was cancelled: it is deleted only while
+    /// it still does, so a task started again with the same id keeps its new branch.
+    #[serde(default)]
+    pub sha: Option<String>,
     #[serde(default)]
     pub work_item: String,
 }
@@ -375,7 +379,12 @@ pub fn alert_html(task: Option<&TaskRow>, text: &str) -> String {
 /// Cancel cascade (design §3.6): queue the delete of the task's remote feature branch, through
 /// the forge API when a Gitea forge is configured, else with `git push --delete`. Never a main
 /// branch. Called inside the cancel's write transaction.
-pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow) -> Result<()> {
+/// `sha`: where the remote branch was when the task was cancelled; `None` when it was never
+/// pushed (nothing to delete).
+pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow, sha: Option<&str>) -> Result<()> {
+    let Some(sha) = sha else {
+        return Ok(());
+    };
     let Some(repo) = ctx.config.repo(&task.repo) else {
         return Ok(());
     };
@@ -407,6 +416,7 @@ pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow) -> Result<()> {
         repo: repo_id,
         branch: task.branch.clone(),
         main: repo.main.clone(),
+        sha: Some(sha.to_string()),
         work_item: task.work_item.clone(),
     };
     db::outbox::insert(

@@ -19,6 +19,7 @@ use crate::config::ServiceCfg;
 use crate::ctx::Ctx;
 use crate::db::{self, outbox::CachedState, outbox::OutboxRow};
 use crate::domain::sandbox::{self, Service, Target, Verdict};
+use crate::ext::failpoint;
 use crate::ext::gitea::{Deleted, ForgeRepo, Gitea};
 use crate::ext::http::{CallError, Http};
 use crate::ext::plane::{Plane, Posted};
@@ -135,7 +136,9 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
                 continue;
             };
             tried += 1;
+            failpoint::hit("outbox.after-claim");
             let outcome = perform(ctx, &http, &row);
+            failpoint::hit("outbox.after-send");
             let now = crate::ctx::now();
             match outcome {
                 Ok(result) => {
@@ -261,9 +264,18 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
             let token = token(forge, "forge")?;
             let repo = ForgeRepo::parse(&p.repo)
                 .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
-            match Gitea::new(http, base, Some(&token)).delete_branch(&repo, &p.branch, &p.main)? {
+            match Gitea::new(http, base, Some(&token)).delete_branch(
+                &repo,
+                &p.branch,
+                &p.main,
+                p.sha.as_deref(),
+            )? {
                 Deleted::Deleted => Ok(format!("deleted branch `{}`", p.branch)),
                 Deleted::AlreadyGone => Ok(format!("branch `{}` was already gone", p.branch)),
+                Deleted::Moved(head) => Ok(format!(
+                    "branch `{}` moved to {head} since the cancel; kept",
+                    p.branch
+                )),
             }
         }
         notify::GIT_DELETE_BRANCH => git_delete(ctx, &payload(row)?),
@@ -416,9 +428,9 @@ fn git_delete(ctx: &Ctx, p: &DeleteBranchPayload) -> Result<String, CallError> {
             p.branch, repo.name
         )));
     }
-    match git.delete_remote_branch(&lock, &r, &p.branch) {
-        Ok(true) => Ok(format!("deleted branch `{}`", p.branch)),
-        Ok(false) => Ok(format!("branch `{}` was already gone", p.branch)),
+    match git.delete_remote_branch(&lock, &r, &p.branch, p.sha.as_deref()) {
+        Ok(Ok(())) => Ok(format!("deleted branch `{}`", p.branch)),
+        Ok(Err(why)) => Ok(format!("branch `{}` not deleted: {why}", p.branch)),
         Err(e) => Err(transient(e)),
     }
 }

@@ -247,6 +247,7 @@ impl World {
                     .blocked_at
                     .map(|_| t.blocked_reason.as_deref().unwrap_or("")),
                 held: t.held_at.map(|_| t.held_reason.as_deref().unwrap_or("")),
+                cancel_requested: t.cancel_requested_at.is_some(),
             },
             open_deps: open
                 .map(|v| {
@@ -268,6 +269,11 @@ impl World {
                 .iter()
                 .find(|f| f.repo == t.repo)
                 .map(|f| (f.reason.as_str(), f.frozen_by.as_str())),
+            busy_with: self
+                .jobs
+                .iter()
+                .find(|o| o.task_id == j.task_id && o.id != j.id && o.status == JobStatus::Running)
+                .map(|o| o.id.0),
         };
         claim::wait_reason(&facts, &self.global())
     }
@@ -387,8 +393,8 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
             },
         );
     }
-    let transition = lease::view(db::leases::transition_all(c)?);
-    let merge = lease::view(db::leases::merge_all(c)?);
+    let transition = lease::view(db::leases::transition_all(c)?, w.now);
+    let merge = lease::view(db::leases::merge_all(c)?, w.now);
     Ok(Snapshot {
         schema_version: 1,
         generated_at: rfc3339(ctx.now),

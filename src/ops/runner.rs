@@ -16,7 +16,7 @@ use crate::config::RepoCfg;
 use crate::ctx::Ctx;
 use crate::db::{self, tasks::TaskRow};
 use crate::domain::history::{Actor, Outcome};
-use crate::domain::ids::TaskRef;
+use crate::domain::ids::{JobId, TaskRef};
 use crate::domain::runner::{
     self, Class, Decision, Exit, Kind, ReportFacts, STAGING_MARKERS, STAGING_RETRY_MARKER,
     SmokeLine, TESTS_RETRY_MARKER,
@@ -24,6 +24,7 @@ use crate::domain::runner::{
 use crate::domain::stage::{Role, Stage};
 use crate::domain::time::rfc3339;
 use crate::error::{Code, usage};
+use crate::ext::failpoint;
 use crate::ext::http::{GetResult, Http};
 use crate::ext::proc::{self, Ending, Spec};
 use crate::ops::apply::{enqueue, record_here};
@@ -52,7 +53,11 @@ pub struct RunReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
     Operator,
-    Supervisor,
+    /// The supervisor of this job attempt (the suite is recorded as the job's process group).
+    Supervisor {
+        job: JobId,
+        attempt: u32,
+    },
 }
 
 struct Contract {
@@ -231,6 +236,17 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         .collect::<Vec<_>>()
         .join(" ");
     info!(work_item = %task.work_item, command = %command, "running the {runner_name}");
+    // Under a supervisor the suite is the job's process group, so the reaper and `orch cancel`
+    // stop it when the supervisor is gone.
+    let on_start: Box<dyn FnOnce(&proc::Started)> = match caller {
+        Caller::Supervisor { job, attempt } => Box::new(worktree::record_group(
+            ctx,
+            job,
+            attempt,
+            "runner.suite-running",
+        )),
+        Caller::Operator => Box::new(|_: &proc::Started| failpoint::hit("runner.suite-running")),
+    };
     let out = proc::run_supervised(
         Spec {
             argv: c.argv.iter().map(OsString::from).collect(),
@@ -244,7 +260,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
             end_marker: None,
             linger_grace: Duration::from_secs(1),
         },
-        |_| {},
+        on_start,
     );
     let exit = exit_of(&out.ending);
     let (smoke_lines, smoke_failure) = match (kind, &exit) {
@@ -438,7 +454,7 @@ fn verdict_word(kind: Kind, class: Class) -> Option<&'static str> {
 fn actor(caller: Caller) -> Actor {
     match caller {
         Caller::Operator => Actor::Operator,
-        Caller::Supervisor => Actor::Supervisor,
+        Caller::Supervisor { .. } => Actor::Supervisor,
     }
 }
 
@@ -494,9 +510,11 @@ fn apply_report(
         &msg,
         &Identity::of_runner(c.identity),
     )?;
+    failpoint::hit("runner.after-commit");
     if let Err(e) = worktree::push(ctx, repo, task, worktree) {
         warn!(work_item = %task.work_item, "could not push the report (the gate reads the worktree): {e:#}");
     }
+    failpoint::hit("runner.after-push");
     if task.held_at.is_some() {
         ctx.write(|ctx, tx| db::tasks::set_held(tx, task.id, None, ctx.now))?;
     }

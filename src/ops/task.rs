@@ -13,10 +13,10 @@ use crate::db::{self, tasks::NewTask};
 use crate::domain::claim::dependency_cycle;
 use crate::domain::history::{Actor, Outcome};
 use crate::domain::ids::{self, JobId, TaskRef, WorkItem, printable};
-use crate::domain::liveness::{Liveness, ProcIdentity};
+use crate::domain::liveness::Liveness;
 use crate::domain::stage::{Role, Stage, Track};
 use crate::error::{Code, exit, usage};
-use crate::ext::sys;
+use crate::ext::{failpoint, sys};
 use crate::ops::advance;
 use crate::ops::apply::{enqueue, record, record_here, role_on_entry};
 
@@ -317,7 +317,7 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
     // Inside an irreversible step with a live owner: record the request, apply it later.
     if matches!(task.stage, Stage::DeployStaging | Stage::Deploy)
         && let Some(l) = db::leases::transition_get(ctx.db.conn(), task.id)?
-        && sys::is_live(&l.owner) == Liveness::Alive
+        && crate::ops::lease::judge(&l, ctx.now) == Liveness::Alive
     {
         ctx.write(|ctx, tx| {
             db::tasks::set_cancel_requested(tx, task.id, ctx.now)?;
@@ -345,8 +345,44 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
             advance: None,
         });
     }
-    let running = ctx.write(|ctx, tx| {
-        let running = db::jobs::cancel_live(tx, task.id, "cancelled", ctx.now)?;
+    // The intent first: if this process dies anywhere below, the next tick finishes the cancel
+    // (and no new job of the task is claimed meanwhile).
+    if task.cancel_requested_at.is_none() {
+        ctx.write(|ctx, tx| db::tasks::set_cancel_requested(tx, task.id, ctx.now))?;
+    }
+    // Stop what runs before the jobs are marked: two workers must never share the worktree,
+    // and a supervisor that outlives the kill cannot apply its outcome anyway (its writes are
+    // fenced on `status = 'running'`, which the transaction below ends).
+    let running: Vec<_> = db::jobs::of_task(ctx.db.conn(), task.id)?
+        .into_iter()
+        .filter(|j| j.status == crate::domain::stage::JobStatus::Running)
+        .collect();
+    for j in &running {
+        for who in [j.child_group(), j.supervisor()].into_iter().flatten() {
+            match sys::terminate_group(&who, Duration::from_secs(5)) {
+                Ok(true) => info!(work_item = %task.work_item, "stopped process group {}", who.pid),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(work_item = %task.work_item, "could not stop process group {}: {e:#}", who.pid)
+                }
+            }
+        }
+    }
+    failpoint::hit("cancel.after-kill");
+    // Where the remote branch is now: its delete (through the outbox, later) happens only while
+    // it still points there, so a task started again with this id keeps its new branch.
+    let sha = match ctx.config.repo(&task.repo) {
+        Some(repo) => ctx
+            .git()
+            .remote_branch_head(&repo.git_ref(), &task.branch)
+            .unwrap_or_else(|e| {
+                warn!(work_item = %task.work_item, "cannot read the branch head: {e:#}");
+                None
+            }),
+        None => None,
+    };
+    ctx.write(|ctx, tx| {
+        db::jobs::cancel_live(tx, task.id, "cancelled", ctx.now)?;
         db::leases::release_all_of_task(tx, task.id)?;
         if !db::tasks::cancel(tx, task.id, &task.work_item, task.stage, ctx.now)? {
             return Err(exit(
@@ -367,33 +403,9 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
             Outcome::Cancelled,
             why,
         )?;
-        crate::ops::notify::on_cancel(ctx, tx, &task)?;
-        Ok(running)
+        crate::ops::notify::on_cancel(ctx, tx, &task, sha.as_deref())
     })?;
-    // The jobs are already `cancelled`, so a supervisor that outlives the kill cannot apply its
-    // outcome (its completion is fenced on `status = 'running'`).
-    for j in &running {
-        let boot = j.supervisor_boot.clone().unwrap_or_default();
-        for (pid, start) in [
-            (j.agent_pgid, j.agent_start),
-            (j.supervisor_pid, j.supervisor_start),
-        ] {
-            if let (Some(pid), Some(start)) = (pid, start) {
-                let who = ProcIdentity {
-                    pid: pid as i32,
-                    start_time: start as u64,
-                    boot_id: boot.clone(),
-                };
-                match sys::terminate_group(&who, Duration::from_secs(5)) {
-                    Ok(true) => info!(work_item = %task.work_item, "stopped process group {pid}"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        warn!(work_item = %task.work_item, "could not stop process group {pid}: {e:#}")
-                    }
-                }
-            }
-        }
-    }
+    failpoint::hit("cancel.after-commit");
     let mut notes = Vec::new();
     if let Some(repo) = ctx.config.repo(&task.repo)
         && let Err(e) = remove_worktree(ctx, repo, &task.base_work_item)

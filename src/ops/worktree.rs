@@ -13,12 +13,16 @@ use anyhow::{Context, Result};
 
 use crate::config::RepoCfg;
 use crate::ctx::Ctx;
+use crate::db;
 use crate::db::tasks::TaskRow;
 use crate::domain::history::Actor;
+use crate::domain::ids::JobId;
 use crate::domain::ids::{TaskRef, WorkItem};
 use crate::domain::stage::{Role, Stage};
 use crate::error::usage;
 use crate::ext::env;
+use crate::ext::failpoint;
+use crate::ext::proc::Started;
 use crate::ops::advance::{self, Request};
 
 /// A git author orch commits as; no global git identity is needed.
@@ -124,4 +128,25 @@ pub fn advance_as(
             note,
         },
     )
+}
+
+/// The `on_start` of a child that works the job's worktree (the agent, the CI command, a
+/// runner's suite): record its process group as the job's, so the reaper and `orch cancel`
+/// stop it when the supervisor is gone. Over its own connection: the caller's is borrowed.
+pub fn record_group(
+    ctx: &Ctx,
+    id: JobId,
+    attempt: u32,
+    point: &'static str,
+) -> impl FnOnce(&Started) + use<> {
+    let db_path = ctx.config.db_path();
+    move |s: &Started| {
+        let res = db::Db::open(&db_path).and_then(|db| {
+            db.write(|tx| db::jobs::set_agent(tx, id, attempt, s.pgid as i64, s.start_time as i64))
+        });
+        if let Err(e) = res {
+            tracing::warn!("could not record the process group {}: {e:#}", s.pgid);
+        }
+        failpoint::hit(point);
+    }
 }

@@ -43,7 +43,6 @@ use anyhow::{Context, Result};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::config::Config;
-use crate::ctx::Ctx;
 
 use self::http::Reply;
 use self::shared::{CONNECTION_STACK, Counted, MAX_CONNECTIONS, Msg, QUEUE_DEPTH, Shared};
@@ -90,7 +89,7 @@ impl Shim {
         }
         let mut ctxs = Vec::with_capacity(WORKERS);
         for _ in 0..WORKERS {
-            ctxs.push(Ctx::with_config(config.clone(), false)?);
+            ctxs.push(workers::worker_ctx(config)?);
         }
         let (jobs, queue) = mpsc::sync_channel(QUEUE_DEPTH);
         let queue = Arc::new(Mutex::new(queue));

@@ -20,6 +20,8 @@ pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait of one socket write: a client that stops reading gives up its connection.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection waits for a worker's answer before it answers 503 itself.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open client connections; past this a new one is answered 503 and closed.
 pub(super) const MAX_CONNECTIONS: usize = 256;
 /// Complete requests waiting for a worker; past this a request is answered 503.
@@ -82,9 +84,17 @@ pub(super) fn dispatch(
         reply,
     };
     match shared.jobs.try_send(Msg::Job(job)) {
-        Ok(()) => answer
-            .recv()
-            .unwrap_or_else(|_| Reply::busy("orch serve is stopping; retry shortly")),
+        // A worker stuck behind a busy repo must not hold the connection for ever: the sender
+        // is told to try again (its redelivery is a duplicate if this one ends up accepted).
+        Ok(()) => match answer.recv_timeout(REPLY_TIMEOUT) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                Reply::busy("the delivery is still being processed; retry later")
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Reply::busy("orch serve is stopping; retry shortly")
+            }
+        },
         Err(TrySendError::Full(_)) => Reply::busy("all workers are busy; retry shortly"),
         Err(TrySendError::Disconnected(_)) => Reply::busy("orch serve is stopping; retry shortly"),
     }

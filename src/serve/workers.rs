@@ -19,6 +19,17 @@ use super::http::{Reply, internal_error};
 use super::routes::{self, Route};
 use super::shared::{Job, Msg};
 
+/// How long a transition lease taken by a worker lasts unrenewed: `orch serve` lives on, so a
+/// lease whose release failed must expire rather than stay held as long as the process runs.
+pub(super) const LEASE_TTL_S: i64 = 600;
+
+/// A worker's own context (a SQLite connection is not `Sync`), taking expiring leases.
+pub(super) fn worker_ctx(config: &Config) -> Result<Ctx> {
+    let mut ctx = Ctx::with_config(config.clone(), false)?;
+    ctx.lease_ttl = Some(LEASE_TTL_S);
+    Ok(ctx)
+}
+
 /// One thread of the pool and the context it owns.
 pub(super) struct Worker {
     config: Config,
@@ -70,7 +81,7 @@ impl Worker {
     /// an earlier failure dropped it.
     fn with_ctx(&mut self, f: impl FnOnce(&Ctx) -> Result<Reply>) -> Reply {
         if self.ctx.is_none() {
-            match Ctx::with_config(self.config.clone(), false) {
+            match worker_ctx(&self.config) {
                 Ok(c) => self.ctx = Some(c),
                 Err(e) => {
                     tracing::error!("cannot open the database: {e:#}");

@@ -60,12 +60,17 @@ impl Git {
     /// `git push origin --delete refs/heads/<branch>` from the clone (a cancelled task's
     /// feature branch). Refuses `main`, `master` and the repo's main branch. `false` when the
     /// remote has no such branch, so a repeated delete is not an error.
+    /// Delete `branch` on the remote (never a main branch). With `expect`, only while it still
+    /// points at that commit (`--force-with-lease`): a branch pushed again since — a task
+    /// started anew with the same id — is kept. `Ok(false)`: there was nothing to delete, or
+    /// it moved (see the returned text).
     pub fn delete_remote_branch(
         &self,
         lock: &RepoLock,
         repo: &RepoRef<'_>,
         branch: &str,
-    ) -> Result<bool> {
+        expect: Option<&str>,
+    ) -> Result<Result<(), String>> {
         self.check(lock, repo)?;
         check_branch(branch)?;
         if branch == "main" || branch == "master" || branch == repo.main {
@@ -75,15 +80,41 @@ impl Git {
             );
         }
         if !self.branch_exists_remote(repo, branch)? {
-            return Ok(false);
+            return Ok(Err("already gone".into()));
         }
         let clone = self.require_clone(repo)?;
-        self.git_in(&clone)
-            .args(["push", "--no-verify", "--quiet", "origin", "--delete"])
-            .arg(format!("refs/heads/{branch}"))
-            .checked()
-            .with_context(|| format!("deleting {branch} of repo {} on its remote", repo.name))?;
-        Ok(true)
+        let mut cmd = self
+            .git_in(&clone)
+            .args(["push", "--no-verify", "--quiet", "--porcelain"]);
+        if let Some(sha) = expect {
+            if !sha.bytes().all(|b| b.is_ascii_hexdigit()) || sha.len() < 7 {
+                bail!("invalid commit id {sha:?}");
+            }
+            cmd = cmd.arg(format!("--force-with-lease=refs/heads/{branch}:{sha}"));
+        }
+        let cmd = cmd.arg("origin").arg(format!(":refs/heads/{branch}"));
+        let out = cmd.output()?;
+        if out.success() {
+            return Ok(Ok(()));
+        }
+        // The lease did not hold: the remote branch moved since `expect` was recorded.
+        if expect.is_some() && out.stdout_text().contains("stale info") {
+            return Ok(Err("it moved since the cancel; kept".into()));
+        }
+        Err(cmd.failure(&out))
+            .with_context(|| format!("deleting {branch} of repo {} on its remote", repo.name))
+    }
+
+    /// The commit the clone last saw `branch` at on the remote (its remote-tracking ref, also
+    /// moved by our own pushes), without asking the remote. `None` when unknown.
+    pub fn remote_branch_head(&self, repo: &RepoRef<'_>, branch: &str) -> Result<Option<String>> {
+        check_repo(repo)?;
+        check_branch(branch)?;
+        let clone = self.clone_dir(repo.name);
+        if !super::exists(&clone)? {
+            return Ok(None);
+        }
+        self.rev_parse_commit(&clone, &super::remote_ref(branch))
     }
 }
 

@@ -1,0 +1,85 @@
+//! Step 5 of a tick (design §4.3): claim a job, start its supervisor `orch job run <id>` in a
+//! session of its own, record it; then the next. One job at a time, so a crash between a claim
+//! and its launch strands one job at most, and the reaper gives that one its attempt back.
+
+use std::ffi::OsString;
+
+use anyhow::Result;
+use tracing::{info, warn};
+
+use super::pass::Pass;
+use crate::ctx::Ctx;
+use crate::db;
+use crate::ext::{failpoint, proc, sys};
+use crate::ops::claim::{self, Claimed};
+
+/// A supervisor that could not be started is tried again this much later, its attempt back.
+const LAUNCH_RETRY_S: i64 = 30;
+
+pub(super) fn launch(p: &mut Pass<'_>) -> Result<()> {
+    if p.plan {
+        for c in claim::plan(p.ctx)? {
+            p.act(format!("launch job {} (attempt {})", c.job.0, c.attempt));
+            p.rep.launched += 1;
+        }
+        return Ok(());
+    }
+    while let Some(c) = claim::claim_next(p.ctx)? {
+        failpoint::hit("tick.after-claim");
+        p.act(format!("launch job {} (attempt {})", c.job.0, c.attempt));
+        p.rep.launched += 1;
+        let r = start(p.ctx, &c);
+        p.isolate(&format!("launch job {}", c.job.0), r);
+    }
+    Ok(())
+}
+
+/// Start the supervisor of a claimed job and record it (the supervisor records itself too, so a
+/// crash between the two loses nothing).
+fn start(ctx: &Ctx, c: &Claimed) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let mut argv: Vec<OsString> = vec![exe.into_os_string()];
+    if let Some(f) = &ctx.config.file {
+        argv.push("--config".into());
+        argv.push(f.clone().into_os_string());
+    }
+    argv.push("--state-dir".into());
+    argv.push(ctx.config.state_dir.clone().into_os_string());
+    argv.extend(["job".into(), "run".into(), c.job.0.to_string().into()]);
+    let log = ctx
+        .config
+        .state_dir
+        .join("logs")
+        .join(format!("job-{}.log", c.job.0));
+    match proc::spawn_detached(&argv, &log) {
+        Ok(s) => {
+            failpoint::hit("tick.after-spawn");
+            let boot = sys::boot_id().unwrap_or_default();
+            ctx.db.write(|tx| {
+                db::jobs::set_supervisor(
+                    tx,
+                    c.job,
+                    c.attempt,
+                    s.pgid as i64,
+                    s.start_time as i64,
+                    &boot,
+                )
+            })?;
+            info!(job = c.job.0, pid = s.pgid, "launched supervisor");
+        }
+        Err(e) => {
+            warn!("could not launch job {}: {e:#}", c.job.0);
+            ctx.db.write(|tx| {
+                db::jobs::requeue(
+                    tx,
+                    c.job,
+                    c.attempt,
+                    ctx.now + LAUNCH_RETRY_S,
+                    &format!("launch failed: {e:#}"),
+                    true,
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
