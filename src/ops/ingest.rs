@@ -21,7 +21,7 @@ use crate::ctx::Ctx;
 use crate::db::{self, events::NewEvent, tasks::TaskRow};
 use crate::domain::history::Actor;
 use crate::domain::ids::{TaskRef, WorkItem, printable};
-use crate::domain::stage::Stage;
+use crate::domain::stage::{JobStatus, Stage};
 use crate::domain::webhook::{
     self, GiteaEvent, MAX_BODY, MAX_REJECTED_BODY, PlaneAction, PlaneIssue, Rejection, RepoEntry,
     Secret, Verified,
@@ -458,6 +458,18 @@ fn status(
             notes.push(format!(
                 "`{}` is paused; its gate runs after `orch resume {}`",
                 t.work_item, t.work_item
+            ));
+            continue;
+        }
+        // A job of the stage is queued or running: its own advance decides when it ends (a
+        // status arriving while the developer still works must not move the task under it).
+        if db::jobs::of_task(ctx.db.conn(), t.id)?
+            .iter()
+            .any(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
+        {
+            notes.push(format!(
+                "`{}` has a job in progress; its gate runs when the job ends",
+                t.work_item
             ));
             continue;
         }
