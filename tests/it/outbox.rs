@@ -5,14 +5,13 @@
 //! escaped and carry no secret; a cancel deletes the remote branch once, never main; a lost CI
 //! webhook is recovered by polling the forge.
 
-mod common;
-mod fakes;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Run, World, git};
-use fakes::{Gitea, Mode, Plane, Telegram, state_id};
+use crate::support::fakes::{Gitea, Mode, Plane, Telegram, state_id};
+use crate::support::{Run, World, git};
 use serde_json::Value;
 
 const PLANE_VAR: &str = "ORCH_TEST_PLANE_TOKEN";
@@ -685,7 +684,7 @@ fn a_lost_ci_webhook_is_recovered_by_polling_the_forge() {
     {
         let mut d = gitea.data.lock().unwrap();
         d.remotes.insert("team/shop".into(), w.remote.clone());
-        d.default_status = Some(fakes::GiteaStatus {
+        d.default_status = Some(support::fakes::GiteaStatus {
             context: "ci/build".into(),
             state: "success".into(),
             description: "built".into(),

@@ -1,8 +1,7 @@
-mod common;
+//! The stub agent (`scripts/stub-agent`), run directly the way orch launches an agent: cwd = a git
+//! worktree, prompt on stdin, `ORCH_*` in the environment, flags in argv.
 
-// The stub agent (`scripts/stub-agent`), run directly the way orch launches an agent: cwd = a git
-// worktree, prompt on stdin, `ORCH_*` in the environment, flags in argv.
-
+use crate::support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -55,7 +54,7 @@ impl Sandbox {
         std::fs::create_dir_all(dir.path().join("repo")).unwrap();
         std::fs::create_dir_all(dir.path().join("state")).unwrap();
         let s = Sandbox { dir };
-        common::git(&s.repo(), &["init", "-q", "-b", "main"]);
+        support::git(&s.repo(), &["init", "-q", "-b", "main"]);
         s
     }
 
@@ -65,8 +64,8 @@ impl Sandbox {
         std::fs::write(s.repo().join("README.md"), "shop\n").unwrap();
         std::fs::create_dir_all(s.repo().join("src")).unwrap();
         std::fs::write(s.repo().join("src/lib.txt"), "v1\n").unwrap();
-        common::git(&s.repo(), &["add", "-A"]);
-        common::git(&s.repo(), &["commit", "-qm", "initial"]);
+        support::git(&s.repo(), &["add", "-A"]);
+        support::git(&s.repo(), &["commit", "-qm", "initial"]);
         s
     }
 
@@ -136,7 +135,7 @@ impl Sandbox {
     }
 
     fn porcelain(&self) -> Vec<String> {
-        common::git(
+        support::git(
             &self.repo(),
             &["status", "--porcelain", "--untracked-files=all"],
         )
@@ -273,12 +272,15 @@ fn each_role_writes_its_artifacts_with_frontmatter() {
     check_common(&fm, wi, "deploy", "deployer");
     assert_eq!(fm["deploy_status"], "SUCCESS");
     assert_eq!(fm["status"], "success");
-    assert_eq!(fm["commit"], common::git(&s.repo(), &["rev-parse", "HEAD"]));
+    assert_eq!(
+        fm["commit"],
+        support::git(&s.repo(), &["rev-parse", "HEAD"])
+    );
     assert_no_negative(&fm);
 
     // Nothing committed: the stub only writes files.
     assert_eq!(
-        common::git(&s.repo(), &["rev-list", "--count", "HEAD"]),
+        support::git(&s.repo(), &["rev-list", "--count", "HEAD"]),
         "1"
     );
 }

@@ -2,12 +2,12 @@
 //! host does not have), and each broken piece — a remote that is gone, an agent that is not
 //! installed, a service token that is not set — fails or warns naming the culprit, never a secret.
 
-mod common;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::World;
+use crate::support::World;
 use serde_json::Value;
 
 fn stub_agent() -> String {
@@ -231,7 +231,7 @@ fn a_staging_program_that_is_missing_fails() {
 
 /// A world whose staging contract goes over ssh to `deploy@staging.invalid`, and a fake `ssh`
 /// early on PATH that records its arguments and exits `code` (255 with ssh's own complaint).
-fn doctor_with_fake_ssh(code: i32) -> (World, common::Run, Vec<String>) {
+fn doctor_with_fake_ssh(code: i32) -> (World, support::Run, Vec<String>) {
     let w = World::with_repo_extra(
         "staging:\n  argv: [\"/srv/app/deploy-staging.sh\", \"--fast\"]\n  \
          ssh: { user: deploy, host: staging.invalid }",
@@ -261,7 +261,7 @@ fn doctor_with_fake_ssh(code: i32) -> (World, common::Run, Vec<String>) {
         .env("PATH", path)
         .output()
         .unwrap();
-    let run = common::Run {
+    let run = support::Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

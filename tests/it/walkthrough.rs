@@ -2,9 +2,9 @@
 //! `orch advance`, `orch approve`, `orch pause`, `orch cancel`: every gate, every rollback, the
 //! block at the retry cap, the override ledger, and the history `orch task show` prints.
 
-mod common;
+use crate::support;
 
-use common::World;
+use crate::support::World;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -226,7 +226,7 @@ fn a_task_walks_by_hand_from_created_to_done() {
 
     // The work stays on the task branch of the remote.
     let remote = w.remote.to_str().unwrap();
-    let refs = common::git(
+    let refs = support::git(
         &w.scratch,
         &["ls-remote", remote, &format!("refs/heads/{branch}")],
     );

@@ -2,12 +2,12 @@
 //! in a temp world; forged, unsigned, oversize and malformed ones are rejected and kept in the
 //! inbox; duplicates act once; `--replay` re-drives a stored delivery.
 
-mod common;
+use crate::support;
 
 use std::io::Write;
 use std::process::Stdio;
 
-use common::{Run, World, git};
+use crate::support::{Run, World, git};
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -70,7 +70,7 @@ fn ingest_env(
     // A reader that stops early (an oversize body) closes the pipe; that is fine.
     let _ = stdin.write_all(body);
     drop(stdin);
-    common::wait_output(child)
+    support::wait_output(child)
 }
 
 const SECRETS: [(&str, &str); 2] = [(PLANE_VAR, PLANE_SECRET), (GITEA_VAR, GITEA_SECRET)];
@@ -294,7 +294,7 @@ fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
         .spawn()
         .unwrap();
     child.stdin.take().unwrap().write_all(&body).unwrap();
-    let r = common::wait_output(child);
+    let r = support::wait_output(child);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.stdout.starts_with("rejected: plane delivery `sha256:"),
@@ -707,7 +707,7 @@ fn replay_re_drives_a_stored_delivery() {
     w.push_analysis("SHOP-50");
     // After the fix, the stored delivery is re-driven (no source needed) and acts.
     let mut cmd = w.orch_cmd(&["ingest", "--replay", "r-2", "--json"]);
-    let r = common::wait_output(
+    let r = support::wait_output(
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -744,7 +744,7 @@ fn replay_re_drives_a_stored_delivery() {
     let replay = |secret: &str| {
         let mut cmd = w.orch_cmd(&["ingest", "plane", "--replay", "r-3", "--json"]);
         cmd.env(PLANE_VAR, secret);
-        common::wait_output(
+        support::wait_output(
             cmd.stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -1,9 +1,9 @@
 //! Bad input is rejected with exit 2 and a message naming the problem, and changes nothing
 //! (SPEC §9 input patterns, §12 exit codes, §11 config validation).
 
-mod common;
+use crate::support;
 
-use common::{World, git, orch_bin};
+use crate::support::{World, git, orch_bin};
 
 /// Everything a rejected command could have changed.
 fn fingerprint(w: &World) -> String {
@@ -19,7 +19,7 @@ fn fingerprint(w: &World) -> String {
 }
 
 /// Run, expect exit 2 with `needle` on stderr, and prove the database did not change.
-fn rejected(w: &World, args: &[&str], needle: &str) -> common::Run {
+fn rejected(w: &World, args: &[&str], needle: &str) -> support::Run {
     let before = fingerprint(w);
     let r = w.orch(args);
     assert_eq!(r.code, 2, "orch {args:?} should be rejected:\n{r:?}");
@@ -223,7 +223,7 @@ fn a_hostile_title_gives_a_safe_branch_slug() {
     assert_eq!(w.sql("SELECT count(*) FROM tasks"), "3");
 }
 
-fn with_config(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, common::Run) {
+fn with_config(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, support::Run) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("orch.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -236,7 +236,7 @@ fn with_config(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, common::Ru
         .env_remove("ORCH_MAX_CONCURRENCY")
         .output()
         .unwrap();
-    let r = common::Run {
+    let r = support::Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

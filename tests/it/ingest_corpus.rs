@@ -5,7 +5,7 @@
 //! the inbox as `rejected` or `ignored` with a reason. The unmutated payloads, sent last, do act,
 //! so the corpus exercises the live routing path and not a dead end.
 
-mod common;
+use crate::support;
 
 use std::io::Write;
 use std::process::Stdio;
@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use common::World;
+use crate::support::World;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -493,7 +493,7 @@ fn a_thousand_hostile_signed_deliveries_never_panic_and_never_create_a_task() {
                         .spawn()
                         .expect("orch starts");
                     let _ = child.stdin.take().unwrap().write_all(&b.bytes);
-                    let r = common::wait_output(child);
+                    let r = support::wait_output(child);
                     if r.code != 0 && r.code != 2 {
                         failures
                             .lock()
@@ -588,7 +588,7 @@ fn a_thousand_hostile_signed_deliveries_never_panic_and_never_create_a_task() {
             .spawn()
             .unwrap();
         child.stdin.take().unwrap().write_all(&body).unwrap();
-        let r = common::wait_output(child);
+        let r = support::wait_output(child);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(r.json()["outcome"], outcome, "{r:?}");
     }

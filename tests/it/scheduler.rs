@@ -4,15 +4,13 @@
 //! environment of the tick (supervisors and agents inherit it). Every world is torn down with
 //! the processes it started, found by the unique `STUB_STATE_DIR` in their environment.
 
-mod common;
-
 use std::ops::Deref;
 use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Run, World, git};
+use crate::support::{Run, World, git};
 use serde_json::Value;
 
 /// How long a scenario may take before it is declared stuck (a loaded 2-core machine).

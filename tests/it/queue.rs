@@ -1,9 +1,9 @@
 //! `orch queue` and `orch why`: every queued job says why it waits (SPEC §4.2), the serial gate,
 //! pause, freeze and dependencies as the operator sees them (§3.7), and the 24-hour counts (§10).
 
-mod common;
+use crate::support;
 
-use common::World;
+use crate::support::World;
 use serde_json::Value;
 
 fn now() -> i64 {
@@ -540,7 +540,7 @@ fn queue_and_why_say_who_paused_a_task_and_when() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let r = common::wait_output(pause);
+    let r = support::wait_output(pause);
     assert_eq!(r.code, 0, "{r:?}");
     let freeze = w
         .orch_cmd(&["freeze", "shop", "--reason", "release"])
@@ -549,7 +549,7 @@ fn queue_and_why_say_who_paused_a_task_and_when() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert_eq!(common::wait_output(freeze).code, 0);
+    assert_eq!(support::wait_output(freeze).code, 0);
 
     let why = w.ok(&["why", "SHOP-1", "--json"], 0).json();
     let para = why["paragraph"].as_str().unwrap();

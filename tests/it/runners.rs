@@ -1,12 +1,10 @@
-mod common;
-
-// The deterministic runners end to end (SPEC §3.3, §6; issue 4): `orch run-tests` and
-// `orch run-staging` run small shell suites written by the tests into the temp world, classify
-// the outcome (code-pass / code-fail / transient-infra / permanent-env) and apply it — a report
-// committed as the runner plus an advance or a rollback, a hold, or a deferral with a budget
-// counted across separate `orch` invocations. Smoke checks talk to a fake HTTP server on
-// `127.0.0.1:0`; the ssh wrapper talks to a fake `ssh` put first on `PATH`; the supervisor
-// intercept is driven by real `orch tick` passes.
+//! The deterministic runners end to end (SPEC §3.3, §6; issue 4): `orch run-tests` and
+//! `orch run-staging` run small shell suites written by the tests into the temp world, classify
+//! the outcome (code-pass / code-fail / transient-infra / permanent-env) and apply it — a report
+//! committed as the runner plus an advance or a rollback, a hold, or a deferral with a budget
+//! counted across separate `orch` invocations. Smoke checks talk to a fake HTTP server on
+//! `127.0.0.1:0`; the ssh wrapper talks to a fake `ssh` put first on `PATH`; the supervisor
+//! intercept is driven by real `orch tick` passes.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -20,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Run, World, git, orch_bin};
+use crate::support::{Run, World, git, orch_bin};
 use serde_json::Value;
 
 /// How long a polled condition may take on a loaded 2-core machine.

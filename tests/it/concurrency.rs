@@ -1,8 +1,6 @@
-mod common;
-
-// Eight `orch tick` processes started at once, round after round, over a queue of 300 analyst
-// jobs: the tick lock and the claim's row guard must make every job run exactly once, and the
-// claim must never let more than `max_concurrency` jobs run at the same time.
+//! Eight `orch tick` processes started at once, round after round, over a queue of 300 analyst
+//! jobs: the tick lock and the claim's row guard must make every job run exactly once, and the
+//! claim must never let more than `max_concurrency` jobs run at the same time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Run, World, wait_output};
+use crate::support::{Run, World, wait_output};
 
 const TASKS: usize = 300;
 const MAX_CONCURRENCY: i64 = 4;

@@ -3,8 +3,6 @@
 //! close) can be checked. Covers the order of checks of SPEC §8, signed and unsigned deliveries,
 //! `/queue` and `/metrics`, slow and hostile clients, and a clean stop on SIGTERM/SIGINT.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Stdio};
@@ -12,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::World;
+use crate::support::World;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;

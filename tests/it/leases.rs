@@ -2,12 +2,10 @@
 //! defer; a dead, zombie or recycled owner is reclaimed on sight; two concurrent advances move
 //! the stage exactly once.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{World, wait_output};
+use crate::support::{World, wait_output};
 
 fn now() -> i64 {
     std::time::SystemTime::now()

@@ -1,0 +1,6 @@
+//! What the test modules share.
+
+pub mod fakes;
+mod world;
+
+pub use world::*;
