@@ -1,23 +1,8 @@
 //! `orch queue` and `orch why`: every queued job says why it waits (SPEC §4.2), the serial gate,
 //! pause, freeze and dependencies as the operator sees them (§3.7), and the 24-hour counts (§10).
 
-mod common;
-
-use common::World;
+use crate::support::{World, now};
 use serde_json::Value;
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-fn queue(w: &World) -> Value {
-    let q = w.ok(&["queue", "--json"], 0).json();
-    assert_eq!(q["schema_version"], 1, "{q:#}");
-    q
-}
 
 /// The one queued job of a work item.
 fn job<'a>(q: &'a Value, wi: &str) -> &'a Value {
@@ -47,12 +32,6 @@ fn reason(q: &Value, wi: &str) -> Option<String> {
     blocked_by(q, wi).map(|(r, _)| r)
 }
 
-fn task_id(w: &World, wi: &str) -> i64 {
-    w.sql(&format!("SELECT id FROM tasks WHERE work_item = '{wi}'"))
-        .parse()
-        .unwrap()
-}
-
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .unwrap_or_else(|| panic!("not an array: {v}"))
@@ -65,7 +44,7 @@ fn strings(v: &Value) -> Vec<String> {
 fn queue_json_has_the_documented_shape() {
     let w = World::new();
     w.add("First", &[]);
-    let q = queue(&w);
+    let q = w.queue();
     for key in [
         "schema_version",
         "generated_at",
@@ -121,7 +100,7 @@ fn serial_gate_names_the_task_ahead_and_pause_lets_later_tasks_overtake() {
     w.ok(&["cancel", "SHOP-1"], 0);
 
     // SHOP-2 now holds the gate; SHOP-3 waits behind it.
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(blocked_by(&q, "SHOP-2"), None, "{q:#}");
     assert_eq!(
         blocked_by(&q, "SHOP-3"),
@@ -153,7 +132,7 @@ fn serial_gate_names_the_task_ahead_and_pause_lets_later_tasks_overtake() {
     // Pausing SHOP-2 lets SHOP-3 overtake; SHOP-2's own job is held.
     let r = w.ok(&["pause", "SHOP-2", "--reason", "lunch"], 0);
     assert!(r.stdout.contains("paused"), "{r:?}");
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(blocked_by(&q, "SHOP-3"), None, "{q:#}");
     let (why2, detail) = blocked_by(&q, "SHOP-2").expect("SHOP-2's job is held");
     assert_eq!(why2, "paused", "{q:#}");
@@ -191,7 +170,7 @@ fn serial_gate_names_the_task_ahead_and_pause_lets_later_tasks_overtake() {
 
     // Resume: SHOP-2 takes part in the gate again and SHOP-3 waits behind it.
     w.ok(&["resume", "SHOP-2"], 0);
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(blocked_by(&q, "SHOP-2"), None, "{q:#}");
     assert_eq!(
         reason(&q, "SHOP-3").as_deref(),
@@ -209,11 +188,11 @@ fn serial_gate_names_the_task_ahead_and_pause_lets_later_tasks_overtake() {
 fn freeze_holds_analyst_jobs_and_names_the_reason() {
     let w = World::new();
     w.add("First", &[]);
-    assert_eq!(reason(&queue(&w), "SHOP-1"), None);
+    assert_eq!(reason(&w.queue(), "SHOP-1"), None);
 
     let r = w.ok(&["freeze", "shop", "--reason", "release"], 0);
     assert!(r.stdout.contains("froze"), "{r:?}");
-    let q = queue(&w);
+    let q = w.queue();
     let (why, detail) = blocked_by(&q, "SHOP-1").expect("frozen");
     assert_eq!(why, "frozen", "{q:#}");
     assert!(
@@ -234,10 +213,10 @@ fn freeze_holds_analyst_jobs_and_names_the_reason() {
     // Freezing twice is a no-op.
     let r = w.ok(&["freeze", "shop", "--reason", "again"], 0);
     assert!(r.stdout.contains("already frozen"), "{r:?}");
-    assert_eq!(queue(&w)["freezes"][0]["reason"], "release");
+    assert_eq!(w.queue()["freezes"][0]["reason"], "release");
 
     w.ok(&["unfreeze", "shop"], 0);
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(blocked_by(&q, "SHOP-1"), None, "{q:#}");
     assert!(q["freezes"].as_array().unwrap().is_empty(), "{q:#}");
     assert_eq!(q["serial_gate"]["shop"]["frozen"], false);
@@ -268,7 +247,7 @@ fn a_freeze_does_not_hold_a_task_past_analysis() {
     assert_eq!(w.stage("SHOP-1"), "architecture");
     w.add("Second", &[]);
     w.ok(&["freeze", "shop", "--reason", "release"], 0);
-    let q = queue(&w);
+    let q = w.queue();
     let j = job(&q, "SHOP-1");
     assert_eq!(j["role"], "architect");
     assert!(j["blocked_by"].is_null(), "{q:#}");
@@ -279,7 +258,7 @@ fn a_freeze_does_not_hold_a_task_past_analysis() {
         "{q:#}"
     );
     w.ok(&["pause", "SHOP-1", "--reason", "x"], 0);
-    assert_eq!(reason(&queue(&w), "SHOP-2").as_deref(), Some("frozen"));
+    assert_eq!(reason(&w.queue(), "SHOP-2").as_deref(), Some("frozen"));
 }
 
 #[test]
@@ -287,7 +266,7 @@ fn a_dependency_shows_until_the_other_task_finishes() {
     let w = World::with_repo_extra("serial_gate: false");
     w.add("First", &[]);
     w.add("Second", &["--depends-on", "SHOP-1"]);
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(blocked_by(&q, "SHOP-1"), None, "{q:#}");
     let (why, detail) = blocked_by(&q, "SHOP-2").expect("waits for SHOP-1");
     assert_eq!(why, "dependency", "{q:#}");
@@ -302,12 +281,12 @@ fn a_dependency_shows_until_the_other_task_finishes() {
 
     // Pause does not bypass a declared dependency on the paused task (§3.7).
     w.ok(&["pause", "SHOP-1", "--reason", "lunch"], 0);
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(reason(&q, "SHOP-2").as_deref(), Some("dependency"), "{q:#}");
     assert_eq!(reason(&q, "SHOP-1").as_deref(), Some("paused"), "{q:#}");
 
     w.ok(&["cancel", "SHOP-1"], 0);
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(blocked_by(&q, "SHOP-2"), None, "{q:#}");
     assert!(
         q["queued"]
@@ -361,8 +340,8 @@ fn a_dependency_cycle_and_an_unknown_dependency_are_refused() {
 fn delayed_and_concurrency_and_breaker_reasons() {
     let w = World::new();
     w.add("First", &[]);
-    let tid = task_id(&w, "SHOP-1");
-    let jid = job(&queue(&w), "SHOP-1")["job_id"].as_i64().unwrap();
+    let tid = w.task_id("SHOP-1");
+    let jid = job(&w.queue(), "SHOP-1")["job_id"].as_i64().unwrap();
     let t = now();
 
     // delayed
@@ -370,7 +349,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
         "UPDATE jobs SET available_at = {} WHERE id = {jid}",
         t + 3600
     ));
-    let q = queue(&w);
+    let q = w.queue();
     let (why, detail) = blocked_by(&q, "SHOP-1").expect("delayed");
     assert_eq!(why, "delayed", "{q:#}");
     assert!(detail.starts_with("not before "), "{detail}");
@@ -378,7 +357,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
         "UPDATE jobs SET available_at = {} WHERE id = {jid}",
         t - 5
     ));
-    assert_eq!(blocked_by(&queue(&w), "SHOP-1"), None);
+    assert_eq!(blocked_by(&w.queue(), "SHOP-1"), None);
 
     // concurrency: one running job leaves room, two fill max_concurrency = 2.
     let insert_running = || {
@@ -389,9 +368,9 @@ fn delayed_and_concurrency_and_breaker_reasons() {
         ));
     };
     insert_running();
-    assert_eq!(blocked_by(&queue(&w), "SHOP-1"), None);
+    assert_eq!(blocked_by(&w.queue(), "SHOP-1"), None);
     insert_running();
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(
         blocked_by(&q, "SHOP-1"),
         Some(("concurrency".to_string(), "running 2/2".to_string())),
@@ -407,7 +386,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
         "INSERT INTO breaker (id, open_until, reason) VALUES (1, {}, 'usage limit')",
         t + 3600
     ));
-    let q = queue(&w);
+    let q = w.queue();
     let (why, detail) = blocked_by(&q, "SHOP-1").expect("breaker");
     assert_eq!(why, "breaker", "{q:#}");
     assert!(detail.contains("usage limit"), "{detail}");
@@ -422,7 +401,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
         "UPDATE breaker SET open_until = {} WHERE id = 1",
         t - 10
     ));
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(
         reason(&q, "SHOP-1").as_deref(),
         Some("concurrency"),
@@ -438,7 +417,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
     w.sql(&format!(
         "UPDATE tasks SET held_at = {t}, held_reason = 'no docker' WHERE id = {tid}"
     ));
-    let q = queue(&w);
+    let q = w.queue();
     let (why, detail) = blocked_by(&q, "SHOP-1").expect("held");
     assert_eq!(why, "held", "{q:#}");
     assert!(detail.contains("no docker"), "{detail}");
@@ -451,7 +430,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
     w.sql(&format!(
         "UPDATE tasks SET blocked_at = {t}, blocked_reason = 'retries exhausted' WHERE id = {tid}"
     ));
-    let q = queue(&w);
+    let q = w.queue();
     let (why, detail) = blocked_by(&q, "SHOP-1").expect("blocked");
     assert_eq!(why, "blocked", "{q:#}");
     assert!(detail.contains("retries exhausted"), "{detail}");
@@ -461,16 +440,16 @@ fn delayed_and_concurrency_and_breaker_reasons() {
         "UPDATE jobs SET available_at = {} WHERE id = {jid}",
         t + 600
     ));
-    assert_eq!(reason(&queue(&w), "SHOP-1").as_deref(), Some("delayed"));
+    assert_eq!(reason(&w.queue(), "SHOP-1").as_deref(), Some("delayed"));
 }
 
 #[test]
 fn counts_cover_only_jobs_finished_in_the_last_24_hours() {
     let w = World::new();
     w.add("First", &[]);
-    let tid = task_id(&w, "SHOP-1");
+    let tid = w.task_id("SHOP-1");
     let counts = |w: &World| {
-        let q = queue(w);
+        let q = w.queue();
         ["queued", "running", "done", "failed", "cancelled"]
             .map(|k| q["counts"][k].as_u64().unwrap())
     };
@@ -530,26 +509,18 @@ fn text_queue_names_the_wait_reasons() {
 /// SPEC §3.7: "who/when/why show in `orch queue` and `orch why`" — for a pause as for a freeze.
 #[test]
 fn queue_and_why_say_who_paused_a_task_and_when() {
-    use std::process::Stdio;
     let w = World::new();
     w.add("First", &[]);
-    let pause = w
-        .orch_cmd(&["pause", "SHOP-1", "--reason", "lunch"])
-        .env("USER", "alice")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = common::wait_output(pause);
+    let r = w.orch_with(
+        &["pause", "SHOP-1", "--reason", "lunch"],
+        &[("USER", "alice")],
+    );
     assert_eq!(r.code, 0, "{r:?}");
-    let freeze = w
-        .orch_cmd(&["freeze", "shop", "--reason", "release"])
-        .env("USER", "bob")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert_eq!(common::wait_output(freeze).code, 0);
+    let r = w.orch_with(
+        &["freeze", "shop", "--reason", "release"],
+        &[("USER", "bob")],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
 
     let why = w.ok(&["why", "SHOP-1", "--json"], 0).json();
     let para = why["paragraph"].as_str().unwrap();
@@ -557,7 +528,7 @@ fn queue_and_why_say_who_paused_a_task_and_when() {
         para.contains("alice") && para.contains("lunch") && para.contains("since"),
         "{para}"
     );
-    let q = queue(&w);
+    let q = w.queue();
     assert_eq!(q["freezes"][0]["frozen_by"], "bob", "{q:#}");
     let (why, detail) = blocked_by(&q, "SHOP-1").expect("paused");
     assert_eq!(why, "paused");

@@ -7,6 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::{tempdir, which};
+
 /// One unit file: section → key → every value the key was given, in order.
 type Unit = BTreeMap<String, BTreeMap<String, Vec<String>>>;
 
@@ -169,7 +171,7 @@ fn units_pass_systemd_analyze_verify() {
         eprintln!("systemd-analyze not on PATH; skipping the verify step");
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let bin = env!("CARGO_BIN_EXE_orch");
     let mut files = Vec::new();
     for name in ["orch-tick.service", "orch-tick.timer", "orch-serve.service"] {
@@ -220,15 +222,6 @@ fn units_pass_systemd_analyze_verify() {
     );
 }
 
-fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-}
-
 fn install(prefix: &Path, extra: &[&str]) -> std::process::Output {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install.sh");
     Command::new("bash")
@@ -264,7 +257,7 @@ fn show(out: &std::process::Output) -> String {
 
 #[test]
 fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let root = tmp.path().join("root");
 
     // A dry run changes nothing.
@@ -341,7 +334,7 @@ fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
 
 #[test]
 fn install_rejects_unknown_arguments() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let out = install(&tmp.path().join("root"), &["--bogus"]);
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     assert!(

@@ -1,18 +1,14 @@
 //! Outbound integrations end to end (SPEC §9): the real `orch` binary, the stub agent, and the
-//! stateful fakes of Plane, Gitea and Telegram in `fakes`. A linked task's transitions reach
-//! Plane in order and once; an outage never stalls the pipeline and its backlog is delivered
-//! exactly once afterwards; a sandboxed process never writes outside its allowlist; alerts are
-//! escaped and carry no secret; a cancel deletes the remote branch once, never main; a lost CI
-//! webhook is recovered by polling the forge.
+//! stateful fakes of Plane, Gitea and Telegram in `support::fakes`. A linked task's transitions
+//! reach Plane in order and once; an outage never stalls the pipeline and its backlog is
+//! delivered exactly once afterwards; a sandboxed process never writes outside its allowlist;
+//! alerts are escaped and carry no secret; a cancel deletes the remote branch once, never main; a
+//! lost CI webhook is recovered by polling the forge.
 
-mod common;
-mod fakes;
+use std::time::Duration;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use common::{Run, World, git};
-use fakes::{Gitea, Mode, Plane, Telegram, state_id};
+use crate::support::fakes::{Gitea, GiteaStatus, Mode, Plane, Telegram, state_id};
+use crate::support::{Run, World, git, poll, stub_agent};
 use serde_json::Value;
 
 const PLANE_VAR: &str = "ORCH_TEST_PLANE_TOKEN";
@@ -40,10 +36,6 @@ const HOPS: [(&str, &str, &str); 8] = [
     ("deploy", "done", "Done"),
 ];
 
-fn stub_agent() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stub-agent")
-}
-
 /// What a world's config says beyond its `shop` repo.
 #[derive(Default)]
 struct Setup<'a> {
@@ -58,7 +50,8 @@ struct Setup<'a> {
     max_developer_retries: u32,
 }
 
-/// A temp world driven by the stub agent. Dropping it kills every process it started.
+/// A temp world driven by the stub agent. Dropping it kills every process it started (see
+/// [`World`]).
 struct Env {
     w: World,
 }
@@ -68,40 +61,6 @@ impl std::ops::Deref for Env {
     fn deref(&self) -> &World {
         &self.w
     }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let marker = format!("STUB_STATE_DIR={}", self.stub_state().display());
-        for _ in 0..20 {
-            let pids = marked_pids(&marker);
-            if pids.is_empty() {
-                return;
-            }
-            for pid in pids {
-                // SAFETY: plain kill(2) of a process this world started (matched by its marker).
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn marked_pids(marker: &str) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()))
-        })
-        .collect()
 }
 
 impl Env {
@@ -155,28 +114,16 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    default_la
         e
     }
 
-    fn stub_state(&self) -> PathBuf {
-        self.dir.path().join("stub-state")
-    }
-
     /// `orch <args>` with the service tokens in the environment, unsandboxed unless `env` says
     /// otherwise.
     fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut c = self.orch_cmd(args);
+        let mut c = self.stub_cmd(args);
         c.env_remove("ORCH_SANDBOX")
             .env(PLANE_VAR, PLANE_TOKEN)
             .env(GITEA_VAR, GITEA_TOKEN)
             .env(TG_VAR, TG_TOKEN)
-            .env("STUB_STATE_DIR", self.stub_state());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let out = c.output().expect("orch runs");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+            .envs(env.iter().copied());
+        Run::of(&mut c)
     }
 
     fn run(&self, args: &[&str], code: i32) -> Run {
@@ -233,25 +180,21 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    default_la
     /// Tick until `pred` holds; every tick's output is returned.
     #[track_caller]
     fn tick_until(&self, what: &str, mut pred: impl FnMut(&Env) -> bool) -> Vec<Run> {
-        let started = Instant::now();
         let mut runs = Vec::new();
-        loop {
+        let reached = poll(DEADLINE, Duration::from_millis(200), || {
             runs.push(self.tick());
-            if pred(self) {
-                return runs;
-            }
-            if started.elapsed() > DEADLINE {
-                let show =
-                    self.sql("SELECT work_item, stage, coalesce(blocked_reason, '') FROM tasks");
-                let outbox = self
-                    .sql("SELECT id, kind, status, attempts, coalesce(last_error, '') FROM outbox");
-                panic!(
-                    "{what}: not reached in {DEADLINE:?}\ntasks:\n{show}\noutbox:\n{outbox}\nlast tick: {:?}",
-                    runs.last()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
+            pred(self)
+        });
+        if !reached {
+            let show = self.sql("SELECT work_item, stage, coalesce(blocked_reason, '') FROM tasks");
+            let outbox =
+                self.sql("SELECT id, kind, status, attempts, coalesce(last_error, '') FROM outbox");
+            panic!(
+                "{what}: not reached in {DEADLINE:?}\ntasks:\n{show}\noutbox:\n{outbox}\nlast tick: {:?}",
+                runs.last()
+            );
         }
+        runs
     }
 
     fn stage_of(&self, wi: &str) -> String {
@@ -685,7 +628,7 @@ fn a_lost_ci_webhook_is_recovered_by_polling_the_forge() {
     {
         let mut d = gitea.data.lock().unwrap();
         d.remotes.insert("team/shop".into(), w.remote.clone());
-        d.default_status = Some(fakes::GiteaStatus {
+        d.default_status = Some(GiteaStatus {
             context: "ci/build".into(),
             state: "success".into(),
             description: "built".into(),
@@ -815,11 +758,13 @@ fn the_gitea_client_speaks_the_fakes_api() {
         "nothing was sent for a main branch"
     );
     assert_eq!(
-        g.delete_branch(&repo, "feature/SHOP-9-x", "main", None).unwrap(),
+        g.delete_branch(&repo, "feature/SHOP-9-x", "main", None)
+            .unwrap(),
         Deleted::Deleted
     );
     assert_eq!(
-        g.delete_branch(&repo, "feature/SHOP-9-x", "main", None).unwrap(),
+        g.delete_branch(&repo, "feature/SHOP-9-x", "main", None)
+            .unwrap(),
         Deleted::AlreadyGone
     );
 

@@ -1,39 +1,27 @@
-mod common;
-
-// The deterministic runners end to end (SPEC §3.3, §6; issue 4): `orch run-tests` and
-// `orch run-staging` run small shell suites written by the tests into the temp world, classify
-// the outcome (code-pass / code-fail / transient-infra / permanent-env) and apply it — a report
-// committed as the runner plus an advance or a rollback, a hold, or a deferral with a budget
-// counted across separate `orch` invocations. Smoke checks talk to a fake HTTP server on
-// `127.0.0.1:0`; the ssh wrapper talks to a fake `ssh` put first on `PATH`; the supervisor
-// intercept is driven by real `orch tick` passes.
+//! The deterministic runners end to end (SPEC §3.3, §6; issue 4): `orch run-tests` and
+//! `orch run-staging` run small shell suites written by the tests into the temp world, classify
+//! the outcome (code-pass / code-fail / transient-infra / permanent-env) and apply it — a report
+//! committed as the runner plus an advance or a rollback, a hold, or a deferral with a budget
+//! counted across separate `orch` invocations. Smoke checks talk to a fake HTTP server on
+//! `127.0.0.1:0`; the ssh wrapper talks to a fake `ssh` put first on `PATH`; the supervisor
+//! intercept is driven by real `orch tick` passes.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
-use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{Run, World, git, orch_bin};
+use crate::support::fake_http::{Mode, Server};
+use crate::support::{
+    self, Run, World, git, jobs, now, orch_bin, poll, procs, transitions, wait_until,
+};
 use serde_json::Value;
 
 /// How long a polled condition may take on a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(90);
 
 // ------------------------------------------------------------------------------ the world
-
-fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
 
 /// A YAML double-quoted scalar (JSON string syntax is valid YAML).
 fn q(s: &str) -> String {
@@ -52,85 +40,37 @@ fn tmp(w: &World) -> String {
     w.dir.path().display().to_string()
 }
 
-/// Write `body` as an executable `/bin/sh` script into the world's temp dir.
-fn script(w: &World, name: &str, body: &str) -> PathBuf {
-    let p = w.dir.path().join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
-
-/// `["/bin/sh", "<tmp>/<name>"]` for a suite script written with [`script`].
+/// `["/bin/sh", "<tmp>/<name>"]` for a suite script written with [`World::script`].
 fn sh_argv(w: &World, name: &str, body: &str) -> String {
-    let p = script(w, name, body);
+    let p = w.script(name, body);
     yaml_list(&["/bin/sh", &p.display().to_string()])
 }
 
-/// A `tests:` block for the repo entry (`more` adds keys, one per line).
-fn tests_block(argv: &str, timeout_s: u64, more: &str) -> String {
-    let mut s = format!("tests:\n  argv: {argv}\n  timeout_s: {timeout_s}\n");
+/// A `<key>:` contract block for the repo entry (`more` adds keys, one per line).
+fn contract_block(key: &str, argv: &str, timeout_s: u64, more: &str) -> String {
+    let mut s = format!("{key}:\n  argv: {argv}\n  timeout_s: {timeout_s}\n");
     for l in more.lines() {
         s.push_str("  ");
         s.push_str(l);
         s.push('\n');
     }
     s
+}
+
+/// A `tests:` block for the repo entry.
+fn tests_block(argv: &str, timeout_s: u64, more: &str) -> String {
+    contract_block("tests", argv, timeout_s, more)
 }
 
 /// A `staging:` block for the repo entry.
 fn staging_block(argv: &str, timeout_s: u64, more: &str) -> String {
-    let mut s = format!("staging:\n  argv: {argv}\n  timeout_s: {timeout_s}\n");
-    for l in more.lines() {
-        s.push_str("  ");
-        s.push_str(l);
-        s.push('\n');
-    }
-    s
+    contract_block("staging", argv, timeout_s, more)
 }
 
 /// Rewrite the config: `repo` goes into the `shop` entry, `top` is appended at top level.
 fn configure(w: &World, repo: &str, top: &str) {
     w.write_config(repo);
-    if !top.is_empty() {
-        let mut c = std::fs::read_to_string(&w.config).unwrap();
-        c.push_str(top);
-        if !top.ends_with('\n') {
-            c.push('\n');
-        }
-        std::fs::write(&w.config, c).unwrap();
-    }
-}
-
-fn show(w: &World, wi: &str) -> Value {
-    w.ok(&["task", "show", wi, "--json"], 0).json()
-}
-
-fn jobs(v: &Value) -> Vec<Value> {
-    v["jobs"].as_array().expect("jobs is an array").clone()
-}
-
-fn transitions(v: &Value) -> Vec<Value> {
-    v["transitions"]
-        .as_array()
-        .expect("transitions is an array")
-        .clone()
-}
-
-/// A fresh task walked to `testing` by pushing artifacts (review APPROVED with run id 1).
-fn walk_to_testing(w: &World, title: &str) -> String {
-    let wi = w.add(title, &[]);
-    w.push_analysis(&wi);
-    w.ok(&["approve", &wi, "--json"], 0);
-    w.push_adr(&wi);
-    let r = w.ok(&["advance", &wi, "--json"], 0).json();
-    assert_eq!(r["to"], "development", "{r:#}");
-    w.push_code(&wi, "first implementation");
-    let r = w.ok(&["advance", &wi, "--json"], 0).json();
-    assert_eq!(r["to"], "review", "{r:#}");
-    w.push_review(&wi, "APPROVED", "- none", 1);
-    let r = w.ok(&["advance", &wi, "--json"], 0).json();
-    assert_eq!(r["to"], "testing", "{r:#}");
-    wi
+    w.append_config(top);
 }
 
 /// `orch run-tests <wi> --json [extra…]`, asserting the exit code.
@@ -144,37 +84,6 @@ fn run_staging(w: &World, wi: &str, extra: &[&str], code: i32) -> Value {
     let mut a = vec!["run-staging", wi, "--json"];
     a.extend_from_slice(extra);
     w.ok(&a, code).json()
-}
-
-fn run_with_env(w: &World, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut c = w.orch_cmd(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().expect("orch runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// The head of `branch` on the bare remote, if the branch exists there.
-fn remote_head(w: &World, branch: &str) -> Option<String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(&w.remote)
-        .args([
-            "rev-parse",
-            "--verify",
-            "-q",
-            &format!("refs/heads/{branch}"),
-        ])
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// A file of `branch` on the bare remote.
@@ -242,8 +151,9 @@ fn section<'a>(text: &'a str, heading: &str) -> &'a str {
 /// The task's job with this id, from `task show`.
 fn job_by_id(v: &Value, id: i64) -> Value {
     jobs(v)
-        .into_iter()
+        .iter()
         .find(|j| j["id"] == id)
+        .cloned()
         .unwrap_or_else(|| panic!("no job {id} in {:#}", v["jobs"]))
 }
 
@@ -257,59 +167,14 @@ struct Untouched {
 }
 
 fn untouched(w: &World, wi: &str) -> Untouched {
-    let s = show(w, wi);
+    let s = w.show(wi);
     Untouched {
         stage: s["stage"].as_str().unwrap().to_string(),
         dev_retries: s["dev_retries"].clone(),
         jobs: w.sql(
             "SELECT id, role, stage, status, attempts, available_at, length(prompt) FROM jobs ORDER BY id",
         ),
-        head: remote_head(w, s["branch"].as_str().unwrap()),
-    }
-}
-
-/// Non-zombie processes whose command line contains `needle` (never this test process).
-fn procs_with(needle: &str) -> Vec<(i32, String)> {
-    let me = std::process::id() as i32;
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .unwrap_or("");
-        if matches!(state, "Z" | "X" | "x") {
-            continue;
-        }
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        if cmd.contains(needle) {
-            out.push((pid, cmd));
-        }
-    }
-    out
-}
-
-/// Poll until `pred` holds; panic with `what` when [`DEADLINE`] passes.
-#[track_caller]
-fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
-    let caller = Location::caller();
-    let started = Instant::now();
-    while !pred() {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "{caller}: {what}: not reached in {DEADLINE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+        head: w.remote_head(s["branch"].as_str().unwrap()),
     }
 }
 
@@ -317,95 +182,14 @@ fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
 /// poll briefly (bounded), then assert that none is left.
 #[track_caller]
 fn assert_none_survive(needle: &str) {
-    let started = Instant::now();
-    loop {
-        let left = procs_with(needle);
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "processes of the suite survived the run: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-// ------------------------------------------------------------------------------ fake HTTP
-
-/// A fake HTTP server: each connection gets the next scripted answer (the last one repeats).
-struct FakeHttp {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl FakeHttp {
-    fn start(answers: Vec<(u16, String)>) -> FakeHttp {
-        Self::serve(TcpListener::bind("127.0.0.1:0").unwrap(), answers)
-    }
-
-    fn serve(listener: TcpListener, answers: Vec<(u16, String)>) -> FakeHttp {
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h, s) = (Arc::clone(&hits), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if s.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-                let mut req = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let i = h.fetch_add(1, Ordering::SeqCst);
-                let (status, body) = &answers[i.min(answers.len() - 1)];
-                let reason = match status {
-                    200 => "OK",
-                    500 => "Internal Server Error",
-                    _ => "Status",
-                };
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.flush();
-            }
-        });
-        FakeHttp {
-            addr,
-            hits,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for FakeHttp {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    let gone = poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        procs::with_cmdline(needle).is_empty()
+    });
+    assert!(
+        gone,
+        "processes of the suite survived the run: {:?}",
+        procs::with_cmdline(needle)
+    );
 }
 
 // ------------------------------------------------------------------------------ run-tests: verdicts
@@ -419,9 +203,9 @@ fn exit_zero_passes_commits_the_report_as_test_runner_and_advances() {
         "echo 'running 3 tests'\necho 'test result: ok. 3 passed; 0 failed'",
     );
     configure(&w, &tests_block(&argv, 60, ""), "");
-    let wi = walk_to_testing(&w, "Add a health endpoint");
+    let wi = w.walk_to_testing("Add a health endpoint");
     let branch = w.branch_of(&wi);
-    let before = remote_head(&w, &branch).unwrap();
+    let before = w.remote_head(&branch).unwrap();
 
     let r = run_tests(&w, &wi, &[], 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
@@ -430,7 +214,7 @@ fn exit_zero_passes_commits_the_report_as_test_runner_and_advances() {
     assert_eq!(r["exit_code"], 0, "{r:#}");
     assert_eq!(r["report"], report_path(&wi, "13-test-report.md"), "{r:#}");
     // No staging or deploy contract: the N/A stages pass in the same call.
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_ne!(s["stage"], "testing", "the stage moved on: {s:#}");
     assert_eq!(s["stage"], "done", "{s:#}");
     assert!(
@@ -443,7 +227,7 @@ fn exit_zero_passes_commits_the_report_as_test_runner_and_advances() {
     assert_eq!(s["dev_retries"], 0);
 
     // Committed by the runner on the task branch and pushed.
-    let after = remote_head(&w, &branch).unwrap();
+    let after = w.remote_head(&branch).unwrap();
     assert_ne!(before, after, "the report was pushed");
     let author = git(&w.remote, &["log", "-1", "--format=%an <%ae>", &branch]);
     assert_eq!(author, "test-runner <test-runner@orch.invalid>");
@@ -491,23 +275,23 @@ fn failing_suite_rolls_back(code: i32) {
         ),
     );
     configure(&w, &tests_block(&argv, 60, ""), "");
-    let wi = walk_to_testing(&w, "Fix the cart total");
+    let wi = w.walk_to_testing("Fix the cart total");
     let branch = w.branch_of(&wi);
-    let before = remote_head(&w, &branch).unwrap();
-    assert_eq!(show(&w, &wi)["dev_retries"], 0);
+    let before = w.remote_head(&branch).unwrap();
+    assert_eq!(w.show(&wi)["dev_retries"], 0);
 
     let r = run_tests(&w, &wi, &[], 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(r["class"], "code-fail", "{r:#}");
     assert_eq!(r["verdict"], "FAIL", "{r:#}");
     assert_eq!(r["exit_code"], code, "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development", "{s:#}");
     assert_eq!(s["dev_retries"], 1, "one developer retry spent");
     assert!(s["held_at"].is_null(), "{s:#}");
 
     // The FAIL report is committed by the runner and round-trips through the gate.
-    assert_ne!(remote_head(&w, &branch).unwrap(), before);
+    assert_ne!(w.remote_head(&branch).unwrap(), before);
     let author = git(&w.remote, &["log", "-1", "--format=%an", &branch]);
     assert_eq!(author, "test-runner");
     let text = remote_file(&w, &branch, &report_path(&wi, "13-test-report.md")).unwrap();
@@ -568,7 +352,7 @@ fn a_long_failing_output_keeps_its_last_line_in_the_developer_prompt() {
         ),
     );
     configure(&w, &tests_block(&argv, 60, ""), "");
-    let wi = walk_to_testing(&w, "Long output");
+    let wi = w.walk_to_testing("Long output");
     let r = run_tests(&w, &wi, &[], 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     let branch = w.branch_of(&wi);
@@ -577,7 +361,7 @@ fn a_long_failing_output_keeps_its_last_line_in_the_developer_prompt() {
         section(&text, "Test output").contains(last),
         "the report keeps the tail"
     );
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     let j = job_by_id(&s, r["enqueued_job"].as_i64().unwrap());
     let prompt = j["prompt"].as_str().unwrap();
     assert!(
@@ -597,10 +381,10 @@ fn holds_then_clears(suite: impl FnOnce(&World) -> (String, String), reason_has:
     let w = World::new();
     let (argv, more) = suite(&w);
     configure(&w, &tests_block(&argv, 60, &more), "");
-    let wi = walk_to_testing(&w, "Held by the environment");
+    let wi = w.walk_to_testing("Held by the environment");
     let branch = w.branch_of(&wi);
     let before = untouched(&w, &wi);
-    let rows_before = transitions(&show(&w, &wi)).len();
+    let rows_before = transitions(&w.show(&wi)).len();
 
     let r = run_tests(&w, &wi, &[], 5);
     assert_eq!(r["outcome"], "held", "{r:#}");
@@ -615,7 +399,7 @@ fn holds_then_clears(suite: impl FnOnce(&World) -> (String, String), reason_has:
     );
     assert!(reason.contains("environment"), "{reason}");
 
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert!(s["held_at"].is_string(), "held_at is set: {s:#}");
     assert!(s["held_reason"].is_string(), "{s:#}");
     assert_eq!(
@@ -650,7 +434,7 @@ fn holds_then_clears(suite: impl FnOnce(&World) -> (String, String), reason_has:
     configure(&w, &tests_block(&fixed, 60, ""), "");
     let r = run_tests(&w, &wi, &[], 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert!(s["held_at"].is_null(), "the hold is cleared: {s:#}");
     assert!(s["held_reason"].is_null(), "{s:#}");
     assert_eq!(s["dev_retries"], 0);
@@ -736,7 +520,11 @@ fn a_suite_past_its_timeout_is_killed_with_its_child_deferred_then_failed_when_t
     let t = tmp(&w);
     // A uniquely named `sleep`, so every process of the suite is found by its command line.
     let marker = format!("{t}/marker-sleep");
-    std::os::unix::fs::symlink(which("sleep").expect("sleep is installed"), &marker).unwrap();
+    std::os::unix::fs::symlink(
+        support::which("sleep").expect("sleep is installed"),
+        &marker,
+    )
+    .unwrap();
     let argv = sh_argv(
         &w,
         "suite-hang.sh",
@@ -761,11 +549,11 @@ fn a_suite_past_its_timeout_is_killed_with_its_child_deferred_then_failed_when_t
         ),
         "",
     );
-    let wi = walk_to_testing(&w, "Slow suite");
+    let wi = w.walk_to_testing("Slow suite");
     let branch = w.branch_of(&wi);
-    let head = remote_head(&w, &branch);
-    let first_tester = jobs(&show(&w, &wi))
-        .into_iter()
+    let head = w.remote_head(&branch);
+    let first_tester = jobs(&w.show(&wi))
+        .iter()
         .find(|j| j["role"] == "tester" && j["status"] == "queued")
         .expect("entering testing queued a tester job")["id"]
         .as_i64()
@@ -804,11 +592,11 @@ fn a_suite_past_its_timeout_is_killed_with_its_child_deferred_then_failed_when_t
         assert!(v["exit_code"].is_null(), "{v:#}");
         assert!(v["verdict"].is_null(), "{v:#}");
         let job = v["enqueued_job"].as_i64().expect("a tester job is queued");
-        let s = show(&w, &wi);
+        let s = w.show(&wi);
         assert_eq!(s["stage"], "testing");
         assert_eq!(s["dev_retries"], 0, "no developer retry spent");
         assert!(s["held_at"].is_null());
-        assert_eq!(remote_head(&w, &branch), head, "no report is committed");
+        assert_eq!(w.remote_head(&branch), head, "no report is committed");
         let j = job_by_id(&s, job);
         assert_eq!(j["role"], "tester");
         assert_eq!(j["stage"], "testing");
@@ -829,8 +617,8 @@ fn a_suite_past_its_timeout_is_killed_with_its_child_deferred_then_failed_when_t
             "available_at {at} ≈ now + {delay} (now was {before}..{after})"
         );
         // The earlier queued tester job was superseded: one queued tester job at a time.
-        let queued: Vec<Value> = jobs(&s)
-            .into_iter()
+        let queued: Vec<&Value> = jobs(&s)
+            .iter()
             .filter(|j| j["role"] == "tester" && j["status"] == "queued")
             .collect();
         assert_eq!(queued.len(), 1, "{:#}", s["jobs"]);
@@ -846,10 +634,10 @@ fn a_suite_past_its_timeout_is_killed_with_its_child_deferred_then_failed_when_t
     assert_none_survive(&marker);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(r["verdict"], "FAIL", "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     assert_eq!(s["dev_retries"], 1);
-    assert_ne!(remote_head(&w, &branch), head, "the FAIL report is pushed");
+    assert_ne!(w.remote_head(&branch), head, "the FAIL report is pushed");
     assert_eq!(
         git(&w.remote, &["log", "-1", "--format=%an", &branch]),
         "test-runner"
@@ -874,14 +662,6 @@ fn a_suite_past_its_timeout_is_killed_with_its_child_deferred_then_failed_when_t
     );
 }
 
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(prog))
-            .find(|c| c.is_file())
-    })
-}
-
 // ------------------------------------------------------------------------------ --no-advance
 
 #[test]
@@ -889,13 +669,14 @@ fn no_advance_is_a_dry_check_that_touches_nothing() {
     let w = World::new();
     let fail = sh_argv(&w, "suite-fail.sh", "echo 'DRY-FAIL-LINE'\nexit 1");
     configure(&w, &tests_block(&fail, 60, ""), "");
-    let wi = walk_to_testing(&w, "Dry check");
+    let wi = w.walk_to_testing("Dry check");
     let before = untouched(&w, &wi);
     let runs = w.state_dir().join("runs").join(&wi);
     let checked = |w: &World| {
-        transitions(&show(w, &wi))
-            .into_iter()
+        transitions(&w.show(&wi))
+            .iter()
             .filter(|t| t["outcome"] == "checked")
+            .cloned()
             .collect::<Vec<_>>()
     };
 
@@ -954,7 +735,7 @@ fn no_advance_is_a_dry_check_that_touches_nothing() {
     let r = run_tests(&w, &wi, &["--no-advance"], 5);
     assert_eq!(r["outcome"], "checked", "{r:#}");
     assert_eq!(r["class"], "permanent-env", "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert!(s["held_at"].is_null(), "a dry check records no hold: {s:#}");
     assert_eq!(untouched(&w, &wi), before);
     let rows = checked(&w);
@@ -983,7 +764,7 @@ fn smoke_world(w: &World, smoke: &str) -> String {
         "echo 'test result: ok. 1 passed'\nexit 0",
     );
     configure(w, &tests_block(&argv, 60, &format!("smoke:\n{smoke}")), "");
-    walk_to_testing(w, "Smoke checks")
+    w.walk_to_testing("Smoke checks")
 }
 
 fn smoke_entry(url: &str, status: u16, contains: Option<&str>) -> String {
@@ -996,9 +777,12 @@ fn smoke_entry(url: &str, status: u16, contains: Option<&str>) -> String {
 
 #[test]
 fn smoke_200_with_the_substring_passes() {
-    let srv = FakeHttp::start(vec![(200, "status: ok, version 1.2".into())]);
+    let srv = Server::scripted(&[(200, "status: ok, version 1.2")]);
     let w = World::new();
-    let wi = smoke_world(&w, &smoke_entry(&srv.url("/health"), 200, Some("ok")));
+    let wi = smoke_world(
+        &w,
+        &smoke_entry(&format!("{}/health", srv.url()), 200, Some("ok")),
+    );
     let r = run_tests(&w, &wi, &[], 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
     assert_eq!(r["verdict"], "PASS", "{r:#}");
@@ -1016,9 +800,12 @@ fn smoke_200_with_the_substring_passes() {
 #[test]
 fn smoke_500_fails_with_smoke_in_the_reason() {
     // Stateful: a retry on the wrong status would get a 200 and pass.
-    let srv = FakeHttp::start(vec![(500, "boom".into()), (200, "ok".into())]);
+    let srv = Server::scripted(&[(500, "boom"), (200, "ok")]);
     let w = World::new();
-    let wi = smoke_world(&w, &smoke_entry(&srv.url("/health"), 200, None));
+    let wi = smoke_world(
+        &w,
+        &smoke_entry(&format!("{}/health", srv.url()), 200, None),
+    );
     let r = run_tests(&w, &wi, &[], 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(r["verdict"], "FAIL", "{r:#}");
@@ -1042,7 +829,7 @@ fn smoke_500_fails_with_smoke_in_the_reason() {
         reason.contains("smoke"),
         "the reason says smoke failed: {reason}"
     );
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     let job = r["enqueued_job"].as_i64().expect("a developer job");
     let prompt = job_by_id(&s, job)["prompt"].as_str().unwrap().to_string();
     assert!(
@@ -1053,12 +840,11 @@ fn smoke_500_fails_with_smoke_in_the_reason() {
 
 #[test]
 fn smoke_connection_refused_then_up_within_the_retries_passes() {
-    // Reserve a port, free it, and bind it again only ~1.2 s after the suite has run, so the
-    // first smoke attempt is refused and a later one (1 s apart, 3 tries) gets an answer.
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // The fake stops listening, and listens on its port again only ~1.2 s after the suite has
+    // run, so the first smoke attempt is refused and a later one (1 s apart, 3 tries) gets an
+    // answer.
+    let srv = Server::scripted(&[(200, "ok")]);
+    srv.set_mode(Mode::Refusing);
     let w = World::new();
     let ran = w.dir.path().join("suite-ran");
     let argv = sh_argv(
@@ -1066,7 +852,7 @@ fn smoke_connection_refused_then_up_within_the_retries_passes() {
         "suite-pass.sh",
         &format!("echo 'test result: ok'\ntouch '{}'\nexit 0", ran.display()),
     );
-    let url = format!("http://127.0.0.1:{port}/health");
+    let url = format!("{}/health", srv.url());
     configure(
         &w,
         &tests_block(
@@ -1076,22 +862,17 @@ fn smoke_connection_refused_then_up_within_the_retries_passes() {
         ),
         "",
     );
-    let wi = walk_to_testing(&w, "Smoke comes up late");
-    let server = {
-        let ran = ran.clone();
-        std::thread::spawn(move || {
-            wait_until("the suite ran", || ran.exists());
+    let wi = w.walk_to_testing("Smoke comes up late");
+    let (r, took) = std::thread::scope(|s| {
+        s.spawn(|| {
+            wait_until("the suite ran", DEADLINE, || ran.exists());
             std::thread::sleep(Duration::from_millis(1200));
-            FakeHttp::serve(
-                TcpListener::bind(("127.0.0.1", port)).expect("the reserved port is free"),
-                vec![(200, "ok".into())],
-            )
-        })
-    };
-    let started = Instant::now();
-    let r = run_with_env(&w, &["run-tests", &wi, "--json"], &[("ORCH_LOG", "info")]);
-    let took = started.elapsed();
-    let srv = server.join().unwrap();
+            srv.set_mode(Mode::Up);
+        });
+        let started = Instant::now();
+        let r = w.orch_with(&["run-tests", &wi, "--json"], &[("ORCH_LOG", "info")]);
+        (r, started.elapsed())
+    });
     assert_eq!(r.code, 0, "{r:?}");
     let v = r.json();
     assert_eq!(v["outcome"], "advanced", "{v:#}");
@@ -1108,12 +889,12 @@ fn smoke_connection_refused_then_up_within_the_retries_passes() {
 #[test]
 fn smoke_missing_required_substring_fails() {
     // Stateful: a retry would find the substring.
-    let srv = FakeHttp::start(vec![
-        (200, "status: degraded".into()),
-        (200, "status: READY".into()),
-    ]);
+    let srv = Server::scripted(&[(200, "status: degraded"), (200, "status: READY")]);
     let w = World::new();
-    let wi = smoke_world(&w, &smoke_entry(&srv.url("/health"), 200, Some("READY")));
+    let wi = smoke_world(
+        &w,
+        &smoke_entry(&format!("{}/health", srv.url()), 200, Some("READY")),
+    );
     let r = run_tests(&w, &wi, &[], 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(r["verdict"], "FAIL", "{r:#}");
@@ -1126,7 +907,7 @@ fn smoke_missing_required_substring_fails() {
     .unwrap();
     assert_eq!(frontmatter(&text)["result"], "FAIL", "{text}");
     assert!(section(&text, "Smoke checks").contains("READY"), "{text}");
-    assert_eq!(show(&w, &wi)["stage"], "development");
+    assert_eq!(w.show(&wi)["stage"], "development");
 }
 
 // ------------------------------------------------------------------------------ environment
@@ -1145,9 +926,8 @@ fn the_suite_sees_no_secret_and_sees_orch_sandbox() {
         &tests_block(&argv, 60, ""),
         "tracker: {kind: plane, token_env: MY_PLANE_TOKEN, webhook_secret_env: PLANEHOOKSIG}",
     );
-    let wi = walk_to_testing(&w, "No secrets");
-    let r = run_with_env(
-        &w,
+    let wi = w.walk_to_testing("No secrets");
+    let r = w.orch_with(
         &["run-tests", &wi, "--json"],
         &[
             ("MY_PLANE_TOKEN", "plane-secret-5f1e"),
@@ -1209,7 +989,7 @@ fn fifty_megabytes_of_output_go_to_the_log_and_only_the_tail_to_the_report() {
         "yes 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' | head -c 50000000\necho\necho 'BIG-OUTPUT-END-2d7e'\nexit 0",
     );
     configure(&w, &tests_block(&argv, 300, ""), "");
-    let wi = walk_to_testing(&w, "Big output");
+    let wi = w.walk_to_testing("Big output");
     let rss_file = w.dir.path().join("rss.txt");
     let time = Path::new("/usr/bin/time");
     let mut c = if time.exists() {
@@ -1229,12 +1009,7 @@ fn fifty_megabytes_of_output_go_to_the_log_and_only_the_tail_to_the_report() {
         .env_remove("ORCH_CONFIG")
         .env_remove("ORCH_STATE_DIR")
         .env("ORCH_LOG", "warn");
-    let out = c.output().unwrap();
-    let r = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = Run::of(&mut c);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.json()["verdict"], "PASS");
 
@@ -1305,10 +1080,10 @@ fn walk_to_deploy_staging(w: &World, staging: &str, more_repo: &str, top: &str) 
         &format!("{}{}{}", tests_block(&pass, 60, ""), staging, more_repo),
         top,
     );
-    let wi = walk_to_testing(w, "Staging");
+    let wi = w.walk_to_testing("Staging");
     let r = run_tests(w, &wi, &[], 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
-    let s = show(w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "deploy-staging", "{s:#}");
     assert!(
         jobs(&s).iter().any(|j| j["role"] == "deployer"
@@ -1336,7 +1111,7 @@ fn staging_exit_zero_writes_the_log_and_advances_to_deploy() {
     assert_eq!(r["class"], "code-pass", "{r:#}");
     assert_eq!(r["verdict"], "SUCCESS", "{r:#}");
     assert_eq!(r["report"], report_path(&wi, "15-staging-log.md"));
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "deploy", "{s:#}");
     assert!(
         transitions(&s).iter().any(|t| t["from"] == "deploy-staging"
@@ -1378,7 +1153,7 @@ fn staging_command_not_found_on_stderr_holds() {
         r["reason"].as_str().unwrap().contains("command not found"),
         "{r:#}"
     );
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert!(s["held_at"].is_string(), "{s:#}");
     assert_eq!(untouched(&w, &wi), before);
     assert!(remote_file(&w, &branch, &report_path(&wi, "15-staging-log.md")).is_none());
@@ -1399,7 +1174,7 @@ fn staging_timeouts_defer_until_the_budget_is_spent_then_hold() {
         "",
     );
     let branch = w.branch_of(&wi);
-    let head = remote_head(&w, &branch);
+    let head = w.remote_head(&branch);
     for round in 1..=2 {
         let before = now();
         let r = run_staging(&w, &wi, &[], 4);
@@ -1407,7 +1182,7 @@ fn staging_timeouts_defer_until_the_budget_is_spent_then_hold() {
         assert_eq!(r["outcome"], "deferred", "round {round}: {r:#}");
         assert_eq!(r["class"], "transient-infra", "{r:#}");
         let job = r["enqueued_job"].as_i64().unwrap();
-        let s = show(&w, &wi);
+        let s = w.show(&wi);
         let j = job_by_id(&s, job);
         assert_eq!(j["role"], "deployer");
         assert_eq!(j["stage"], "deploy-staging");
@@ -1429,18 +1204,14 @@ fn staging_timeouts_defer_until_the_budget_is_spent_then_hold() {
     let r = run_staging(&w, &wi, &[], 5);
     assert_eq!(r["outcome"], "held", "{r:#}");
     assert_eq!(r["class"], "transient-infra", "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert!(s["held_at"].is_string(), "{s:#}");
     assert_eq!(s["stage"], "deploy-staging", "never a FAILED rollback");
     assert_eq!(s["dev_retries"], 0);
-    assert_eq!(
-        remote_head(&w, &branch),
-        head,
-        "no staging log is committed"
-    );
+    assert_eq!(w.remote_head(&branch), head, "no staging log is committed");
     assert!(remote_file(&w, &branch, &report_path(&wi, "15-staging-log.md")).is_none());
     assert!(
-        procs_with(&format!("{}/staging-hang.sh", tmp(&w))).is_empty(),
+        procs::with_cmdline(&format!("{}/staging-hang.sh", tmp(&w))).is_empty(),
         "the staging suite is gone"
     );
 }
@@ -1449,26 +1220,17 @@ fn staging_timeouts_defer_until_the_budget_is_spent_then_hold() {
 /// exits with a code or runs its last argument through `sh -c` locally.
 fn fake_ssh(w: &World, mode: &str) -> String {
     let t = tmp(w);
-    let bin = w.dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let p = bin.join("ssh");
-    std::fs::write(
-        &p,
-        format!(
-            "#!/bin/sh\nprintf '%s\\0' \"$@\" > '{t}/ssh-argv'\n\
+    let ssh = w.script(
+        "bin/ssh",
+        &format!(
+            "printf '%s\\0' \"$@\" > '{t}/ssh-argv'\n\
              mode=$(cat '{t}/ssh-mode')\n\
              if [ \"$mode\" = eval ]; then\n  for a; do last=$a; done\n  exec /bin/sh -c \"$last\"\nfi\n\
-             echo 'ssh: connect to host stage1 port 22: Connection timed out' >&2\nexit \"$mode\"\n"
+             echo 'ssh: connect to host stage1 port 22: Connection timed out' >&2\nexit \"$mode\""
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     std::fs::write(format!("{t}/ssh-mode"), mode).unwrap();
-    format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
+    support::path_with(ssh.parent().unwrap())
 }
 
 fn ssh_argv(w: &World) -> Vec<String> {
@@ -1489,7 +1251,7 @@ fn staging_over_ssh_exit_255_is_transient() {
         "infra_retry_delay_s: 60\nssh: {user: deploy, host: stage1}",
     );
     let wi = walk_to_deploy_staging(&w, &st, "", "");
-    let r = run_with_env(&w, &["run-staging", &wi, "--json"], &[("PATH", &path)]);
+    let r = w.orch_with(&["run-staging", &wi, "--json"], &[("PATH", &path)]);
     assert_eq!(r.code, 4, "{r:?}");
     let v = r.json();
     assert_eq!(v["outcome"], "deferred", "{v:#}");
@@ -1507,7 +1269,7 @@ fn staging_over_ssh_exit_255_is_transient() {
         "./scripts/staging-check.sh --quick",
         "{argv:?}"
     );
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "deploy-staging");
     assert!(s["held_at"].is_null());
 }
@@ -1526,7 +1288,7 @@ fn staging_over_ssh_keeps_tricky_arguments_literal() {
         "ssh: {user: deploy, host: stage1}",
     );
     let wi = walk_to_deploy_staging(&w, &st, "", "");
-    let r = run_with_env(&w, &["run-staging", &wi, "--json"], &[("PATH", &path)]);
+    let r = w.orch_with(&["run-staging", &wi, "--json"], &[("PATH", &path)]);
     assert_eq!(r.code, 0, "{r:?}");
     let v = r.json();
     assert_eq!(v["verdict"], "SUCCESS", "{v:#}");
@@ -1556,8 +1318,7 @@ fn staging_over_ssh_keeps_tricky_arguments_literal() {
 fn tick_runs_tester_and_deployer_jobs_through_the_runners_without_an_agent() {
     let w = World::new();
     let t = tmp(&w);
-    let agent = script(
-        &w,
+    let agent = w.script(
         "agent.sh",
         &format!(
             "touch '{t}/agent-launched'\necho '{{\"type\":\"result\",\"is_error\":true}}'\nexit 1"
@@ -1585,32 +1346,23 @@ fn tick_runs_tester_and_deployer_jobs_through_the_runners_without_an_agent() {
             q(&agent.display().to_string())
         ),
     );
-    let wi = walk_to_testing(&w, "Supervised");
-    let s = show(&w, &wi);
-    let live: Vec<Value> = jobs(&s)
-        .into_iter()
+    let wi = w.walk_to_testing("Supervised");
+    let s = w.show(&wi);
+    let live: Vec<&Value> = jobs(&s)
+        .iter()
         .filter(|j| j["status"] == "queued" || j["status"] == "running")
         .collect();
     assert_eq!(live.len(), 1, "only the tester is queued: {live:#?}");
     let tester = live[0]["id"].as_i64().unwrap();
     assert_eq!(live[0]["role"], "tester");
 
-    let started = Instant::now();
-    loop {
+    let done = poll(DEADLINE, Duration::from_millis(200), || {
         let r = w.orch(&["tick"]);
         assert_eq!(r.code, 0, "{r:?}");
-        if w.sql(&format!("SELECT stage FROM tasks WHERE work_item = '{wi}'")) == "done"
+        w.sql(&format!("SELECT stage FROM tasks WHERE work_item = '{wi}'")) == "done"
             && w.sql("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')") == "0"
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < DEADLINE,
-            "the task did not reach done: {:#}",
-            show(&w, &wi)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
+    assert!(done, "the task did not reach done: {:#}", w.show(&wi));
     assert!(
         !Path::new(&format!("{t}/agent-launched")).exists(),
         "no agent was launched"
@@ -1639,7 +1391,7 @@ fn tick_runs_tester_and_deployer_jobs_through_the_runners_without_an_agent() {
     let authors = git(&w.remote, &["log", "--format=%an", &branch]);
     assert!(authors.lines().any(|a| a == "test-runner"), "{authors}");
     assert!(authors.lines().any(|a| a == "staging-runner"), "{authors}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert!(
         transitions(&s)
             .iter()

@@ -1,10 +1,10 @@
 //! The first integration check: a task is added and shows up where an operator looks.
 
-mod common;
+use crate::support;
 
 #[test]
 fn added_task_is_in_analysis_with_one_queued_analyst_job() {
-    let w = common::World::new();
+    let w = support::World::new();
     let wi = w.add("Add a health endpoint", &[]);
     assert_eq!(wi, "SHOP-1");
     let show = w.ok(&["task", "show", &wi, "--json"], 0).json();

@@ -4,52 +4,20 @@
 //! environment of the tick (supervisors and agents inherit it). Every world is torn down with
 //! the processes it started, found by the unique `STUB_STATE_DIR` in their environment.
 
-mod common;
-
 use std::ops::Deref;
 use std::panic::Location;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Run, World, git};
+use crate::support::procs::{self, alive_as, cmdline, stat};
+use crate::support::{Run, World, boot_id, git, now, poll, stub_agent};
 use serde_json::Value;
 
 /// How long a scenario may take before it is declared stuck (a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(90);
 /// Pause between two ticks: polling, not a fixed wait.
 const TICK_EVERY: Duration = Duration::from_millis(200);
-
-/// Every knob the stub understands; none leaks in from the environment of `cargo test`.
-const STUB_KNOBS: [&str; 9] = [
-    "STUB_SLEEP",
-    "STUB_REQUEST_CHANGES_FIRST",
-    "STUB_TEST_FAIL_FIRST",
-    "STUB_EXIT",
-    "STUB_HANG",
-    "STUB_LINGER",
-    "STUB_USAGE_LIMIT",
-    "STUB_RUN_LOG",
-    "STUB_STATE_DIR",
-];
-
-fn stub_agent() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stub-agent")
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .to_string()
-}
 
 /// In [`Cfg::extra_repos`]: the world's bare remote.
 const REMOTE: &str = "@REMOTE@";
@@ -83,7 +51,8 @@ impl Default for Cfg {
 }
 
 /// A [`World`] whose config drives the stub agent. Dropping it kills every process the world
-/// started (supervisors, agents, their children), so a failed test leaves nothing running.
+/// started (supervisors, agents, their children; see [`World`]), so a failed test leaves
+/// nothing running.
 struct Sched {
     w: World,
 }
@@ -92,24 +61,6 @@ impl Deref for Sched {
     type Target = World;
     fn deref(&self) -> &World {
         &self.w
-    }
-}
-
-impl Drop for Sched {
-    fn drop(&mut self) {
-        for _ in 0..20 {
-            let left = world_pids(self);
-            if left.is_empty() {
-                return;
-            }
-            for pid in left {
-                // SAFETY: plain kill(2) of a process this world started (matched by its marker).
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 }
 
@@ -144,43 +95,17 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gat
         std::fs::write(&self.config, yaml).unwrap();
     }
 
-    /// The stub's counters; its path in a process's environment marks the process as ours.
-    fn stub_state(&self) -> PathBuf {
-        self.dir.path().join("stub-state")
-    }
-
     /// `orch tick <args>` with the stub knobs in `env` (and only those).
     fn tick_with(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
         let mut a = vec!["tick"];
         a.extend_from_slice(args);
-        let mut c = self.orch_cmd(&a);
-        for k in STUB_KNOBS {
-            c.env_remove(k);
-        }
-        c.env("STUB_STATE_DIR", self.stub_state());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let out = c.output().expect("orch tick runs");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        Run::of(self.stub_cmd(&a).envs(env.iter().copied()))
     }
 
     fn tick(&self, env: &[(&str, &str)]) -> Run {
         let r = self.tick_with(env, &[]);
         assert_eq!(r.code, 0, "orch tick:\n{r:?}\n{}", self.diagnose());
         r
-    }
-
-    fn show(&self, wi: &str) -> Value {
-        self.ok(&["task", "show", wi, "--json"], 0).json()
-    }
-
-    fn queue(&self) -> Value {
-        self.ok(&["queue", "--json"], 0).json()
     }
 
     fn stage_of(&self, wi: &str) -> String {
@@ -260,14 +185,13 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gat
         }
         s.push_str(&format!(
             "\n=== live processes of this world: {:?}\n",
-            world_procs(self)
+            self.procs()
         ));
         s
     }
 }
 
 #[derive(Debug, Clone)]
-#[allow(dead_code)]
 struct Job {
     id: i64,
     role: String,
@@ -301,10 +225,9 @@ fn tick_until(
     deadline: Duration,
 ) -> String {
     let caller = Location::caller();
-    let started = Instant::now();
     let mut out = String::new();
     let mut ticks = 0;
-    loop {
+    let held = poll(deadline, TICK_EVERY, || {
         let r = w.tick_with(env, &[]);
         ticks += 1;
         assert_eq!(
@@ -314,107 +237,28 @@ fn tick_until(
             w.diagnose()
         );
         out.push_str(&r.stdout);
-        if pred(w) {
-            return out;
-        }
-        if started.elapsed() > deadline {
-            panic!(
-                "{caller}: the condition did not hold after {ticks} ticks in {deadline:?}\n\
-                 --- tick output\n{out}\n{}",
-                w.diagnose()
-            );
-        }
-        std::thread::sleep(TICK_EVERY);
+        pred(w)
+    });
+    if !held {
+        panic!(
+            "{caller}: the condition did not hold after {ticks} ticks in {deadline:?}\n\
+             --- tick output\n{out}\n{}",
+            w.diagnose()
+        );
     }
+    out
 }
 
 /// Poll `pred` (no ticks) until it holds or `deadline` passes.
 #[track_caller]
 fn wait_until(w: &Sched, what: &str, mut pred: impl FnMut(&Sched) -> bool, deadline: Duration) {
     let caller = Location::caller();
-    let started = Instant::now();
-    while !pred(w) {
-        if started.elapsed() > deadline {
-            panic!(
-                "{caller}: {what}: not reached in {deadline:?}\n{}",
-                w.diagnose()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if !poll(deadline, Duration::from_millis(100), || pred(w)) {
+        panic!(
+            "{caller}: {what}: not reached in {deadline:?}\n{}",
+            w.diagnose()
+        );
     }
-}
-
-// ------------------------------------------------------------------------------ processes
-
-/// (state, process group, start time) from `/proc/<pid>/stat`.
-fn stat_of(pid: i32) -> Option<(char, i32, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
-    let state = rest.first()?.chars().next()?;
-    let pgrp = rest.get(5 - 3)?.parse().ok()?;
-    let start = rest.get(22 - 3)?.parse().ok()?;
-    Some((state, pgrp, start))
-}
-
-fn is_zombie(state: char) -> bool {
-    matches!(state, 'Z' | 'X' | 'x')
-}
-
-/// Whether the process recorded as (pid, start time) still runs (not gone, reused or a zombie).
-fn alive(pid: i32, start: u64) -> bool {
-    stat_of(pid).is_some_and(|(st, _, s)| s == start && !is_zombie(st))
-}
-
-fn cmdline(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default()
-}
-
-/// Every running (non-zombie) process that belongs to this world: its cwd is inside the world's
-/// tempdir, or its environment carries the world's `STUB_STATE_DIR`. Never ourselves.
-fn world_pids(w: &World) -> Vec<i32> {
-    let root = w
-        .dir
-        .path()
-        .canonicalize()
-        .unwrap_or_else(|_| w.dir.path().to_path_buf());
-    let marker = format!(
-        "STUB_STATE_DIR={}",
-        w.dir.path().join("stub-state").display()
-    );
-    let me = std::process::id() as i32;
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        match stat_of(pid) {
-            Some((st, _, _)) if !is_zombie(st) => {}
-            _ => continue,
-        }
-        let in_world = std::fs::read_link(format!("/proc/{pid}/cwd"))
-            .is_ok_and(|cwd| cwd.starts_with(&root) || cwd.starts_with(w.dir.path()));
-        let marked = std::fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()));
-        if in_world || marked {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-fn world_procs(w: &World) -> Vec<String> {
-    world_pids(w)
-        .into_iter()
-        .map(|p| format!("{p}: {}", cmdline(p)))
-        .collect()
 }
 
 // ------------------------------------------------------------------------------ the tests
@@ -681,7 +525,7 @@ fn a_silent_agent_is_killed_by_the_inactivity_timeout() {
     wait_until(
         &w,
         "no process of this world (the hanging `sleep 100000`) survives",
-        |w| world_pids(w).is_empty(),
+        |w| w.pids().is_empty(),
         Duration::from_secs(20),
     );
 }
@@ -710,7 +554,7 @@ fn a_lingering_agent_leaves_nothing_behind() {
     wait_until(
         &w,
         "no process of this world (the lingering stub and its `sleep`) survives",
-        |w| world_pids(w).is_empty(),
+        |w| w.pids().is_empty(),
         Duration::from_secs(20),
     );
 }
@@ -731,9 +575,11 @@ fn a_killed_supervisor_is_reaped_and_its_job_finishes() {
     );
     let j = w.job(&wi, "analyst").unwrap();
     assert_eq!(j.attempts, 1);
-    assert!(alive(j.agent_pgid, j.agent_start), "the agent runs: {j:?}");
-    // SAFETY: plain kill(2) of the supervisor this world started.
-    assert_eq!(unsafe { libc::kill(j.supervisor_pid, libc::SIGKILL) }, 0);
+    assert!(
+        alive_as(j.agent_pgid, j.agent_start),
+        "the agent runs: {j:?}"
+    );
+    assert!(procs::kill(j.supervisor_pid), "the supervisor is killed");
 
     let out = tick_until(
         &w,
@@ -749,15 +595,12 @@ fn a_killed_supervisor_is_reaped_and_its_job_finishes() {
     assert_eq!(after.id, j.id);
     assert_eq!(after.attempts, 2, "re-queued once: {after:?}");
     assert!(
-        !alive(j.agent_pgid, j.agent_start),
+        !alive_as(j.agent_pgid, j.agent_start),
         "the old agent (pid {}) still runs",
         j.agent_pgid
     );
-    let group_left: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| stat_of(*p).is_some_and(|(st, pg, _)| pg == j.agent_pgid && !is_zombie(st)))
+    let group_left: Vec<String> = procs::pids()
+        .filter(|p| stat(*p).is_some_and(|s| s.pgrp == j.agent_pgid && !s.zombie()))
         .map(|p| format!("{p}: {}", cmdline(p)))
         .collect();
     assert!(
@@ -787,22 +630,24 @@ fn a_reused_pid_or_zombie_is_not_taken_for_the_supervisor() {
     let zombie = w.add("Zombie supervisor", &[]);
     let live = w.add("Live supervisor", &[]);
     let me = std::process::id() as i32;
-    let (_, _, my_start) = stat_of(me).expect("our own stat");
+    let my_start = stat(me).expect("our own stat").start;
     let boot = boot_id();
 
     // A child that has exited and that we do not wait for yet: a zombie with its true start time.
     let mut child = Command::new("true").spawn().unwrap();
     let zpid = child.id() as i32;
-    let t0 = Instant::now();
-    let z_start = loop {
-        match stat_of(zpid) {
-            Some((st, _, start)) if is_zombie(st) => break start,
-            _ if t0.elapsed() > Duration::from_secs(10) => {
-                panic!("pid {zpid} never became a zombie")
+    let mut z_start = 0;
+    crate::support::wait_until(
+        &format!("pid {zpid} becomes a zombie"),
+        Duration::from_secs(10),
+        || match stat(zpid) {
+            Some(s) if s.zombie() => {
+                z_start = s.start;
+                true
             }
-            _ => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
+            _ => false,
+        },
+    );
 
     let set_running = |wi: &str, pid: i32, start: u64| {
         let id = w.job(wi, "analyst").unwrap().id;
@@ -1234,7 +1079,7 @@ fn the_reconciler_leaves_a_finishing_supervisor_alone() {
     // about to advance; the stage was entered long before.
     let mut stand_in = Command::new("sleep").arg("60").spawn().unwrap();
     let pid = stand_in.id() as i32;
-    let (_, _, start) = stat_of(pid).unwrap();
+    let start = stat(pid).unwrap().start;
     let job = w.job(&wi, "architect").unwrap().id;
     let t = now();
     w.sql(&format!(

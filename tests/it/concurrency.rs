@@ -1,18 +1,16 @@
-mod common;
-
-// Eight `orch tick` processes started at once, round after round, over a queue of 300 analyst
-// jobs: the tick lock and the claim's row guard must make every job run exactly once, and the
-// claim must never let more than `max_concurrency` jobs run at the same time.
+//! Eight `orch tick` processes started at once, round after round, over a queue of 300 analyst
+//! jobs: the tick lock and the claim's row guard must make every job run exactly once, and the
+//! claim must never let more than `max_concurrency` jobs run at the same time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Run, World, wait_output};
+use crate::support::{Run, World, lanes, poll, procs, stub_agent, wait_output};
 
 const TASKS: usize = 300;
 const MAX_CONCURRENCY: i64 = 4;
@@ -20,10 +18,6 @@ const TICKS_PER_ROUND: usize = 8;
 const DEADLINE: Duration = Duration::from_secs(300);
 /// The longest wait between two rounds.
 const ROUND_PAUSE: Duration = Duration::from_millis(500);
-
-fn stub_agent() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stub-agent")
-}
 
 /// No auto-approve label: after its analyst job a task waits in `analysis` for a human, so each
 /// task gets exactly one job.
@@ -76,16 +70,6 @@ fn field(summary: &str, key: &str) -> u32 {
         .unwrap_or_else(|| panic!("no number after `{key}` in `{summary}`"))
 }
 
-/// A process that has neither exited nor become a zombie.
-fn alive(pid: i64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 /// The lines of the supervisor logs that are not the supervisor's closing report or the stub's
 /// own output: warnings and errors (the test runs orch with `ORCH_LOG=warn`).
 fn job_log_trouble(state: &Path) -> Vec<String> {
@@ -114,25 +98,16 @@ fn job_log_trouble(state: &Path) -> Vec<String> {
 
 #[test]
 fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
+    // Hundreds of processes: nothing else runs meanwhile.
+    let _alone = lanes::alone();
     let t0 = Instant::now();
     let w = World::new();
     write_config(&w);
     let state = w.state_dir();
     let run_log = w.dir.path().join("runs.log");
-    let stub_state = w.dir.path().join("stub-state");
 
     for i in 1..=TASKS {
-        w.ok(
-            &[
-                "task",
-                "add",
-                "--repo",
-                "shop",
-                "--title",
-                &format!("task {i}"),
-            ],
-            0,
-        );
+        w.add(&format!("task {i}"), &[]);
     }
     assert_eq!(count(&w, "SELECT count(*) FROM jobs"), TASKS as i64);
     assert_eq!(
@@ -177,13 +152,12 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
     let started = Instant::now();
     let mut rounds = 0u32;
     let mut ticks: Vec<Run> = Vec::new();
-    let finished = loop {
+    let finished = poll(DEADLINE, Duration::ZERO, || {
         rounds += 1;
         let children: Vec<_> = (0..TICKS_PER_ROUND)
             .map(|_| {
-                w.orch_cmd(&["tick"])
+                w.stub_cmd(&["tick"])
                     .env("STUB_RUN_LOG", &run_log)
-                    .env("STUB_STATE_DIR", &stub_state)
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
@@ -198,37 +172,31 @@ fn eight_concurrent_ticks_run_every_job_exactly_once_within_max_concurrency() {
             "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')",
         ) == 0
         {
-            break true;
-        }
-        if started.elapsed() > DEADLINE {
-            break false;
+            return true;
         }
         // The next round starts as soon as a slot is free (or after a pause even when none is,
         // so full passes keep running too); ticks that could launch nothing would only take the
         // CPU from the supervisors.
-        let pause = Instant::now();
-        while pause.elapsed() < ROUND_PAUSE
-            && scalar(
+        poll(ROUND_PAUSE, Duration::from_millis(10), || {
+            scalar(
                 &monitor,
                 "SELECT count(*) FROM jobs WHERE status = 'running'",
-            ) >= MAX_CONCURRENCY
-        {
-            thread::sleep(Duration::from_millis(10));
-        }
-    };
+            ) < MAX_CONCURRENCY
+        });
+        false
+    });
     let ticking = started.elapsed();
 
     // The supervisors advance (a no-op: analysis waits for approval) after marking the job
     // done; let them all exit before looking at the end state and removing the world.
-    let pids: Vec<i64> = w
+    let pids: Vec<i32> = w
         .sql("SELECT supervisor_pid FROM jobs WHERE supervisor_pid IS NOT NULL")
         .lines()
         .filter_map(|l| l.parse().ok())
         .collect();
-    let quiet = Instant::now();
-    while pids.iter().any(|&p| alive(p)) && quiet.elapsed() < Duration::from_secs(30) {
-        thread::sleep(Duration::from_millis(50));
-    }
+    poll(Duration::from_secs(30), Duration::from_millis(50), || {
+        !pids.iter().any(|&p| procs::alive(p))
+    });
     drop(monitor);
     stop.store(true, Ordering::SeqCst);
     let (samples, total_running, watch_errors) =

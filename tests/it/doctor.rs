@@ -2,30 +2,17 @@
 //! host does not have), and each broken piece — a remote that is gone, an agent that is not
 //! installed, a service token that is not set — fails or warns naming the culprit, never a secret.
 
-mod common;
-
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::World;
+use crate::support::{self, Run, World, stub_agent};
 use serde_json::Value;
 
-fn stub_agent() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scripts/stub-agent")
-        .display()
-        .to_string()
-}
-
-/// Append top-level keys to the world's config.
-fn append_config(w: &World, yaml: &str) {
-    let mut text = std::fs::read_to_string(&w.config).unwrap();
-    text.push_str(yaml);
-    std::fs::write(&w.config, text).unwrap();
-}
-
 fn with_agent(w: &World, argv0: &str) {
-    append_config(w, &format!("agent:\n  argv: [{argv0:?}, \"--print\"]\n"));
+    w.append_config(&format!("agent:\n  argv: [{argv0:?}, \"--print\"]\n"));
+}
+
+fn with_stub_agent(w: &World) {
+    with_agent(w, &stub_agent().display().to_string());
 }
 
 fn check<'a>(doc: &'a Value, name: &str) -> &'a Value {
@@ -58,7 +45,7 @@ fn units_expected() -> &'static str {
 #[test]
 fn a_healthy_world_is_all_ok_but_the_units() {
     let w = World::with_repo_extra("tests: { argv: [\"sh\", \"test.sh\"] }\nci: { mode: none }");
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let r = w.ok(&["doctor", "--json"], 0);
     let doc = r.json();
     assert_eq!(doc["schema_version"], 1);
@@ -119,7 +106,7 @@ fn a_healthy_world_is_all_ok_but_the_units() {
 #[test]
 fn a_remote_that_is_gone_fails_and_exits_1() {
     let w = World::new();
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let gone = w.dir.path().join("no-such-remote.git");
     let text = std::fs::read_to_string(&w.config)
         .unwrap()
@@ -146,7 +133,7 @@ fn a_remote_that_is_gone_fails_and_exits_1() {
 #[test]
 fn a_main_branch_missing_on_the_remote_fails() {
     let w = World::with_repo_extra("main: trunk");
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let doc = w.ok(&["doctor", "--json"], 1).json();
     assert_eq!(status(&doc, "repo.shop.remote"), "ok");
     assert_eq!(status(&doc, "repo.shop.main"), "fail");
@@ -174,7 +161,7 @@ fn an_agent_not_on_path_fails_naming_it() {
 #[test]
 fn a_test_contract_program_that_is_missing_fails() {
     let w = World::with_repo_extra("tests: { argv: [\"no-such-runner-xyz\"] }");
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let doc = w.ok(&["doctor", "--json"], 1).json();
     assert_eq!(status(&doc, "repo.shop.tests"), "fail");
     assert!(
@@ -189,7 +176,7 @@ fn a_smoke_url_that_does_not_parse_fails_naming_it() {
         "tests:\n  argv: [\"true\"]\n  smoke:\n    - { url: \"http://127.0.0.1:9/health\" }\n    \
          - { url: \"not a url\" }",
     );
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let doc = w.ok(&["doctor", "--json"], 1).json();
     assert_eq!(status(&doc, "repo.shop.tests"), "ok");
     assert_eq!(status(&doc, "repo.shop.smoke"), "fail");
@@ -202,7 +189,7 @@ fn a_smoke_url_that_does_not_parse_fails_naming_it() {
 #[test]
 fn a_staging_program_that_is_missing_fails() {
     let w = World::with_repo_extra("staging: { argv: [\"no-such-staging-xyz\", \"--now\"] }");
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let doc = w.ok(&["doctor", "--json"], 1).json();
     assert_eq!(status(&doc, "repo.shop.staging"), "fail");
     let d = detail(&doc, "repo.shop.staging");
@@ -220,7 +207,7 @@ fn a_staging_program_that_is_missing_fails() {
 
     // A path relative to the worktree cannot be checked before the worktree exists.
     let w = World::with_repo_extra("staging: { argv: [\"scripts/deploy-staging.sh\"] }");
-    with_agent(&w, &stub_agent());
+    with_stub_agent(&w);
     let doc = w.ok(&["doctor", "--json"], 0).json();
     assert_eq!(status(&doc, "repo.shop.staging"), "ok");
     assert!(
@@ -231,41 +218,24 @@ fn a_staging_program_that_is_missing_fails() {
 
 /// A world whose staging contract goes over ssh to `deploy@staging.invalid`, and a fake `ssh`
 /// early on PATH that records its arguments and exits `code` (255 with ssh's own complaint).
-fn doctor_with_fake_ssh(code: i32) -> (World, common::Run, Vec<String>) {
+fn doctor_with_fake_ssh(code: i32) -> (World, Run, Vec<String>) {
     let w = World::with_repo_extra(
         "staging:\n  argv: [\"/srv/app/deploy-staging.sh\", \"--fast\"]\n  \
          ssh: { user: deploy, host: staging.invalid }",
     );
-    with_agent(&w, &stub_agent());
-    let bin = w.dir.path().join("fake-bin");
-    std::fs::create_dir_all(&bin).unwrap();
+    with_stub_agent(&w);
     let args = w.dir.path().join("ssh-args");
-    let script = bin.join("ssh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\n\
+    let ssh = w.script(
+        "fake-bin/ssh",
+        &format!(
+            "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\n\
              [ {code} -eq 0 ] || echo 'ssh: connect to host staging.invalid port 22: Connection \
-             refused' >&2\nexit {code}\n",
+             refused' >&2\nexit {code}",
             args.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = std::env::join_paths(
-        std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
-    )
-    .unwrap();
-    let out = w
-        .orch_cmd(&["doctor", "--json"])
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    let run = common::Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    );
+    let path = support::path_with(ssh.parent().unwrap());
+    let run = w.orch_with(&["doctor", "--json"], &[("PATH", &path)]);
     let argv = std::fs::read_to_string(&args)
         .unwrap_or_default()
         .lines()
@@ -328,14 +298,11 @@ fn an_unset_tracker_token_is_named_and_no_secret_is_printed() {
     const SECRET: &str = "ORCH_DOCTOR_TEST_PLANE_WEBHOOK_SECRET";
     const VALUE: &str = "s3cr3t-value-never-printed";
     let w = World::new();
-    with_agent(&w, &stub_agent());
-    append_config(
-        &w,
-        &format!(
-            "tracker: {{ kind: plane, base_url: \"http://127.0.0.1:9\", workspace: team, \
+    with_stub_agent(&w);
+    w.append_config(&format!(
+        "tracker: {{ kind: plane, base_url: \"http://127.0.0.1:9\", workspace: team, \
              token_env: {TOKEN}, webhook_secret_env: {SECRET} }}\n"
-        ),
-    );
+    ));
     for json in [true, false] {
         let mut cmd = w.orch_cmd(if json {
             &["doctor", "--json"]

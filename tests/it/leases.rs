@@ -2,34 +2,14 @@
 //! defer; a dead, zombie or recycled owner is reclaimed on sight; two concurrent advances move
 //! the stage exactly once.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{World, wait_output};
+use crate::support::{World, boot_id, now, procs, wait_output, wait_until};
 
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-/// `(state, start time)` from `/proc/<pid>/stat` (fields 3 and 22), or `None` when it is gone.
+/// `(state, start time)` of `pid`, or `None` when it is gone.
 fn stat(pid: u32) -> Option<(char, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the command: field 3 is f[0], field 22 is f[19].
-    Some((f[0].chars().next()?, f[19].parse().ok()?))
+    procs::stat(pid as i32).map(|s| (s.state, s.start))
 }
 
 /// A child killed and reaped when the test ends, however it ends.
@@ -57,22 +37,11 @@ impl Drop for Kid {
     }
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn task_id(w: &World, wi: &str) -> i64 {
-    w.sql(&format!("SELECT id FROM tasks WHERE work_item = '{wi}'"))
-        .parse()
-        .unwrap()
-}
+/// How long a child may take to exit or become a zombie.
+const WAIT: Duration = Duration::from_secs(10);
 
 fn insert_lease(w: &World, wi: &str, pid: u32, start: u64, boot: &str) {
-    let tid = task_id(w, wi);
+    let tid = w.task_id(wi);
     w.sql(&format!(
         "INSERT INTO transition_lease (task_id, owner_kind, pid, start_time, boot_id, stage, \
          acquired_at) VALUES ({tid}, 'supervisor', {pid}, {start}, '{boot}', 'analysis', {})",
@@ -156,12 +125,12 @@ fn dead_zombie_and_reused_owners_are_reclaimed() {
     let (_, gone_start) = stat(gone_pid).unwrap();
     gone.kill().unwrap();
     gone.wait().unwrap();
-    wait_for("the reaped pid is gone", || stat(gone_pid).is_none());
+    wait_until("the reaped pid is gone", WAIT, || stat(gone_pid).is_none());
 
     // A zombie: a child that exited and that we do not wait for (yet).
     let zombie = Kid::spawn("true", &[]);
     let zombie_pid = zombie.pid();
-    wait_for("the child is a zombie", || {
+    wait_until("the child is a zombie", WAIT, || {
         stat(zombie_pid).is_some_and(|(s, _)| s == 'Z')
     });
     let (_, zombie_start) = stat(zombie_pid).unwrap();
@@ -315,14 +284,14 @@ fn two_advances_at_once_move_the_stage_once() {
 fn merge_lease_release() {
     let w = World::new();
     w.add("First", &[]);
-    let tid = task_id(&w, "SHOP-1");
+    let tid = w.task_id("SHOP-1");
     let boot = boot_id();
     let mut dead = Command::new("sleep").arg("30").spawn().unwrap();
     let dead_pid = dead.id();
     let (_, dead_start) = stat(dead_pid).unwrap();
     dead.kill().unwrap();
     dead.wait().unwrap();
-    wait_for("the reaped pid is gone", || stat(dead_pid).is_none());
+    wait_until("the reaped pid is gone", WAIT, || stat(dead_pid).is_none());
     let insert = |pid: u32, start: u64| {
         w.sql(&format!(
             "INSERT INTO merge_lease (repo, task_id, owner_kind, pid, start_time, boot_id, \

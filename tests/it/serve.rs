@@ -3,8 +3,6 @@
 //! close) can be checked. Covers the order of checks of SPEC §8, signed and unsigned deliveries,
 //! `/queue` and `/metrics`, slow and hostile clients, and a clean stop on SIGTERM/SIGINT.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Stdio};
@@ -12,23 +10,20 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::World;
-use hmac::{Hmac, KeyInit, Mac};
+use crate::support::webhooks::{PLANE_PROJECT, plane_issue, sign};
+use crate::support::{World, poll, webhooks};
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 const PLANE_VAR: &str = "ORCH_TEST_SERVE_PLANE_SECRET";
 const PLANE_SECRET: &str = "serve-plane-secret";
-const PROJECT: &str = "8b2c6a0e-5d1f-4c3b-9a7e-0f1e2d3c4b5a";
 
-/// A world whose repo `shop` is Plane project `PROJECT`, its tracker secret in `PLANE_VAR`.
+/// A world whose repo `shop` is Plane project `PLANE_PROJECT`, its tracker secret in
+/// `PLANE_VAR`.
 fn world() -> World {
-    let w = World::with_repo_extra(&format!("plane_project: {PROJECT}"));
-    let mut cfg = std::fs::read_to_string(&w.config).unwrap();
-    cfg.push_str(&format!(
+    let w = World::with_repo_extra(&format!("plane_project: {PLANE_PROJECT}"));
+    w.append_config(&format!(
         "tracker:\n  kind: plane\n  webhook_secret_env: {PLANE_VAR}\n"
     ));
-    std::fs::write(&w.config, cfg).unwrap();
     w
 }
 
@@ -90,18 +85,21 @@ impl Server {
     fn stop(&mut self, signal: nix::sys::signal::Signal, within: Duration) -> i32 {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, signal).unwrap();
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "orch serve still running {within:?} after {signal}; log:\n{}",
-                self.log()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        let mut code = None;
+        let exited = poll(within, Duration::from_millis(20), || {
+            code = self
+                .child
+                .try_wait()
+                .unwrap()
+                .map(|s| s.code().unwrap_or(-1));
+            code.is_some()
+        });
+        assert!(
+            exited,
+            "orch serve still running {within:?} after {signal}; log:\n{}",
+            self.log()
+        );
+        code.unwrap()
     }
 }
 
@@ -206,40 +204,14 @@ fn post(addr: SocketAddr, path: &str, headers: &[(&str, String)], body: &[u8]) -
     raw(addr, &bytes)
 }
 
-fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(body);
-    hex::encode(mac.finalize().into_bytes())
-}
-
 /// Plane's issue payload moving issue `seq` to `state`.
 fn issue(seq: u64, state: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "event": "issue",
-        "action": "updated",
-        "webhook_id": "0c5e2a4c-1111-4222-8333-944455556666",
-        "workspace_id": "d2d97c94-a6ad-4012-b526-5577c0d7c769",
-        "data": {
-            "id": format!("1a2b3c4d-0000-4000-8000-{seq:012}"),
-            "sequence_id": seq,
-            "name": "Add a health endpoint",
-            "project": PROJECT,
-            "state": {"id": "5e6f", "name": state, "color": "#60646C", "group": "unstarted"},
-            "labels": [],
-            "description_stripped": "Customers want to know the shop is up.",
-            "priority": "none"
-        },
-        "activity": {"actor": {"id": "u-1", "display_name": "Ann"}}
-    }))
-    .unwrap()
+    plane_issue(seq, state, "Add a health endpoint", &[])
 }
 
+/// The headers of a Plane delivery signed with the secret the server knows.
 fn signed_headers(delivery: &str, body: &[u8]) -> Vec<(&'static str, String)> {
-    vec![
-        ("X-Plane-Delivery", delivery.to_string()),
-        ("X-Plane-Event", "issue".into()),
-        ("X-Plane-Signature", sign(PLANE_SECRET, body)),
-    ]
+    webhooks::signed_headers("plane", delivery, "issue", PLANE_SECRET, body)
 }
 
 /// Whether the server has closed `s` (EOF within a few seconds, nothing else sent).

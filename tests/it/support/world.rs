@@ -1,20 +1,26 @@
-//! A temp world for integration tests: a bare git remote seeded with one commit on `main`, an
-//! `orch.yaml` pointing at it, and helpers to run the real `orch` binary and to push artifacts to
-//! a task branch the way an agent would.
+//! A temp world for the tests: a bare git remote seeded with one commit on `main`, an `orch.yaml`
+//! pointing at it, and helpers to run the real `orch` binary, to push artifacts to a task branch
+//! the way an agent would, and to walk a task by hand. Dropping a world kills every process it
+//! started (found by its directory or its stub-agent state), then removes it.
 
-#![allow(dead_code)]
-
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{TempDir, poll, procs, tempdir};
 
 pub struct World {
-    pub dir: tempfile::TempDir,
+    pub dir: TempDir,
     pub remote: PathBuf,
     pub config: PathBuf,
     /// A scratch clone used to push commits to the remote.
     pub scratch: PathBuf,
 }
 
+/// What a finished process said.
 pub struct Run {
     pub code: i32,
     pub stdout: String,
@@ -22,13 +28,28 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn json(&self) -> serde_json::Value {
+    /// Run `cmd` to its end (stdin empty, stdout and stderr captured).
+    pub fn of(cmd: &mut Command) -> Run {
+        Run::from(cmd.output().expect("the command runs"))
+    }
+
+    pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
                 "stdout is not JSON ({e}): {}\nstderr: {}",
                 self.stdout, self.stderr
             )
         })
+    }
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 }
 
@@ -40,6 +61,27 @@ impl std::fmt::Debug for Run {
             self.code, self.stdout, self.stderr
         )
     }
+}
+
+/// Wait for a child started with piped stdout and stderr.
+pub fn wait_output(child: std::process::Child) -> Run {
+    Run::from(child.wait_with_output().expect("child finishes"))
+}
+
+/// Run `cmd` with `input` on stdin (a reader that stops early closes the pipe; that is fine).
+pub fn feed(cmd: &mut Command, input: &[u8]) -> Run {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    wait_output(child)
 }
 
 pub fn git(dir: &Path, args: &[&str]) -> String {
@@ -59,18 +101,49 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// The head of `branch` in the repository `repo`, if the branch exists there.
+pub fn branch_head(repo: &Path, branch: &str) -> Option<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "rev-parse",
+            "--verify",
+            "-q",
+            &format!("refs/heads/{branch}"),
+        ])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 pub fn orch_bin() -> &'static str {
     env!("CARGO_BIN_EXE_orch")
 }
 
+/// The `jobs` of a `task show --json` document.
+pub fn jobs(show: &Value) -> &Vec<Value> {
+    show["jobs"].as_array().expect("jobs is an array")
+}
+
+/// The `transitions` of a `task show --json` document.
+pub fn transitions(show: &Value) -> &Vec<Value> {
+    show["transitions"]
+        .as_array()
+        .expect("transitions is an array")
+}
+
 impl World {
-    /// One repo `shop` (prefix `SHOP`) with the given extra YAML lines for that repo entry.
+    /// One repo `shop` (prefix `SHOP`).
     pub fn new() -> World {
         Self::with_repo_extra("")
     }
 
+    /// One repo `shop` with the given extra YAML lines for that repo entry.
     pub fn with_repo_extra(extra: &str) -> World {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = tempdir();
         let remote = dir.path().join("remote.git");
         let out = Command::new("git")
             .args(["init", "-q", "--bare", "-b", "main"])
@@ -109,6 +182,7 @@ impl World {
         w
     }
 
+    /// Rewrite the config: repo `shop` with `repo_extra` (YAML lines of its entry).
     pub fn write_config(&self, repo_extra: &str) {
         let mut extra = String::new();
         for line in repo_extra.lines() {
@@ -127,6 +201,16 @@ impl World {
         .unwrap();
     }
 
+    /// Append top-level YAML to the config (a newline is added if `yaml` lacks one).
+    pub fn append_config(&self, yaml: &str) {
+        let mut text = std::fs::read_to_string(&self.config).unwrap();
+        text.push_str(yaml);
+        if !yaml.is_empty() && !yaml.ends_with('\n') {
+            text.push('\n');
+        }
+        std::fs::write(&self.config, text).unwrap();
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
@@ -135,10 +219,31 @@ impl World {
         self.state_dir().join("orch.db")
     }
 
+    /// The stub agent's counters (`STUB_STATE_DIR`); its path in a process's environment marks
+    /// the process as this world's.
+    pub fn stub_state(&self) -> PathBuf {
+        self.dir.path().join("stub-state")
+    }
+
+    /// `<dir>/<name>`, written as an executable `/bin/sh` script running `body`.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
     /// Run `orch --config <cfg> args…`.
     pub fn orch(&self, args: &[&str]) -> Run {
-        let out = self.orch_cmd(args).output().expect("orch runs");
-        to_run(out)
+        Run::of(&mut self.orch_cmd(args))
+    }
+
+    /// Run `orch --config <cfg> args…` with `env` added to its environment.
+    pub fn orch_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut c = self.orch_cmd(args);
+        c.envs(env.iter().copied());
+        Run::of(&mut c)
     }
 
     pub fn orch_cmd(&self, args: &[&str]) -> Command {
@@ -146,6 +251,17 @@ impl World {
         c.arg("--config").arg(&self.config).args(args);
         c.env_remove("ORCH_CONFIG").env_remove("ORCH_STATE_DIR");
         c.env("ORCH_LOG", "warn");
+        c
+    }
+
+    /// `orch_cmd` for a world that runs the stub agent: none of its knobs leaks in from the
+    /// environment of the tests, and its counters live in [`World::stub_state`].
+    pub fn stub_cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.orch_cmd(args);
+        for k in super::STUB_KNOBS {
+            c.env_remove(k);
+        }
+        c.env("STUB_STATE_DIR", self.stub_state());
         c
     }
 
@@ -164,9 +280,41 @@ impl World {
         r.json()["work_item"].as_str().unwrap().to_string()
     }
 
+    /// `orch task show <wi> --json`.
+    pub fn show(&self, wi: &str) -> Value {
+        self.ok(&["task", "show", wi, "--json"], 0).json()
+    }
+
+    /// `orch advance <wi> --json`, asserting the exit code.
+    pub fn advance(&self, wi: &str, code: i32) -> Value {
+        self.ok(&["advance", wi, "--json"], code).json()
+    }
+
+    /// `orch queue --json`, of the documented schema version.
+    pub fn queue(&self) -> Value {
+        let q = self.ok(&["queue", "--json"], 0).json();
+        assert_eq!(q["schema_version"], 1, "{q:#}");
+        q
+    }
+
     pub fn branch_of(&self, wi: &str) -> String {
-        let r = self.ok(&["task", "show", wi, "--json"], 0);
-        r.json()["branch"].as_str().unwrap().to_string()
+        self.show(wi)["branch"].as_str().unwrap().to_string()
+    }
+
+    pub fn stage(&self, wi: &str) -> String {
+        self.show(wi)["stage"].as_str().unwrap().to_string()
+    }
+
+    /// The database id of a task.
+    pub fn task_id(&self, wi: &str) -> i64 {
+        self.sql(&format!("SELECT id FROM tasks WHERE work_item = '{wi}'"))
+            .parse()
+            .unwrap()
+    }
+
+    /// The head of `branch` on the bare remote, if the branch exists there.
+    pub fn remote_head(&self, branch: &str) -> Option<String> {
+        branch_head(&self.remote, branch)
     }
 
     /// Commit `files` (path relative to the repo root → content) on the task branch and push it,
@@ -275,18 +423,47 @@ impl World {
         );
     }
 
-    pub fn stage(&self, wi: &str) -> String {
-        self.ok(&["task", "show", wi, "--json"], 0).json()["stage"]
-            .as_str()
-            .unwrap()
-            .to_string()
+    /// add → analysis + approve → architecture (or development on the bug track).
+    pub fn approved(&self, title: &str, extra: &[&str]) -> String {
+        let wi = self.add(title, extra);
+        self.push_analysis(&wi);
+        self.ok(&["approve", &wi, "--json"], 0);
+        wi
+    }
+
+    /// A fresh task walked to `development` (one ADR on the branch).
+    pub fn walk_to_development(&self, title: &str) -> String {
+        let wi = self.approved(title, &[]);
+        assert_eq!(self.stage(&wi), "architecture");
+        self.push_adr(&wi);
+        let r = self.advance(&wi, 0);
+        assert_eq!(r["to"], "development", "{r:#}");
+        wi
+    }
+
+    /// A fresh task walked to `review` (code pushed once).
+    pub fn walk_to_review(&self, title: &str) -> String {
+        let wi = self.walk_to_development(title);
+        self.push_code(&wi, "first implementation");
+        let r = self.advance(&wi, 0);
+        assert_eq!(r["to"], "review", "{r:#}");
+        wi
+    }
+
+    /// A fresh task walked to `testing` (review APPROVED with run id 1).
+    pub fn walk_to_testing(&self, title: &str) -> String {
+        let wi = self.walk_to_review(title);
+        self.push_review(&wi, "APPROVED", "- none", 1);
+        let r = self.advance(&wi, 0);
+        assert_eq!(r["to"], "testing", "{r:#}");
+        wi
     }
 
     /// Run SQL against the state database (for setting up states no command makes, such as a
     /// lease held by a dead process). Returns rows as `a|b` lines.
     pub fn sql(&self, sql: &str) -> String {
         let c = rusqlite::Connection::open(self.db_path()).expect("open db");
-        c.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+        c.busy_timeout(Duration::from_secs(10)).unwrap();
         let mut stmt = c.prepare(sql).expect("prepare");
         let n = stmt.column_count();
         let rows: Vec<String> = stmt
@@ -308,16 +485,44 @@ impl World {
             .expect("rows");
         rows.join("\n")
     }
-}
 
-fn to_run(out: Output) -> Run {
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    /// Every running (non-zombie) process that belongs to this world: its cwd is inside the
+    /// world's directory, or its environment carries the world's `STUB_STATE_DIR`.
+    pub fn pids(&self) -> Vec<i32> {
+        let root = self
+            .dir
+            .path()
+            .canonicalize()
+            .unwrap_or_else(|_| self.dir.path().to_path_buf());
+        let marker = format!("STUB_STATE_DIR={}", self.stub_state().display());
+        procs::pids()
+            .filter(|pid| procs::stat(*pid).is_some_and(|s| !s.zombie()))
+            .filter(|pid| {
+                let in_world = std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .is_ok_and(|cwd| cwd.starts_with(&root) || cwd.starts_with(self.dir.path()));
+                in_world || procs::environ_has(*pid, &marker)
+            })
+            .collect()
+    }
+
+    /// `pid: command line` of every process of this world (for a failure message).
+    pub fn procs(&self) -> Vec<String> {
+        self.pids()
+            .into_iter()
+            .map(|p| format!("{p}: {}", procs::cmdline(p)))
+            .collect()
     }
 }
 
-pub fn wait_output(child: std::process::Child) -> Run {
-    to_run(child.wait_with_output().expect("child finishes"))
+impl Drop for World {
+    /// A failed test leaves nothing running: supervisors, agents and their children go first.
+    fn drop(&mut self) {
+        poll(Duration::from_secs(1), Duration::from_millis(50), || {
+            let left = self.pids();
+            for pid in &left {
+                procs::kill(*pid);
+            }
+            left.is_empty()
+        });
+    }
 }

@@ -5,28 +5,35 @@
 //! the inbox as `rejected` or `ignored` with a reason. The unmutated payloads, sent last, do act,
 //! so the corpus exercises the live routing path and not a dead end.
 
-mod common;
-
-use std::io::Write;
-use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use common::World;
-use hmac::{Hmac, KeyInit, Mac};
+use crate::support::webhooks::{self, PLANE_PROJECT, signed_headers, signed_services};
+use crate::support::{Run, World, feed, lanes};
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 const PLANE_VAR: &str = "ORCH_CORPUS_PLANE_SECRET";
 const GITEA_VAR: &str = "ORCH_CORPUS_GITEA_SECRET";
 const SECRET: &str = "corpus-secret";
-const PROJECT: &str = "8b2c6a0e-5d1f-4c3b-9a7e-0f1e2d3c4b5a";
 
-fn sign(body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body);
-    hex::encode(mac.finalize().into_bytes())
+/// `orch ingest <source> [--json]` of a delivery of `event` signed with [`SECRET`].
+fn ingest(w: &World, source: &str, event: &str, delivery: &str, body: &[u8], json: bool) -> Run {
+    let mut args = vec!["ingest".to_string(), source.to_string()];
+    if json {
+        args.push("--json".into());
+    }
+    for (name, value) in signed_headers(source, delivery, event, SECRET, body) {
+        args.push("--header".into());
+        args.push(format!("{name}: {value}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    feed(
+        w.orch_cmd(&args)
+            .env(PLANE_VAR, SECRET)
+            .env(GITEA_VAR, SECRET),
+        body,
+    )
 }
 
 /// A Plane *To Analyse* issue for a mapped project: sent as is, it creates a task.
@@ -40,7 +47,7 @@ fn plane_base() -> Value {
             "id": "1a2b3c4d-0000-4000-8000-000000000060",
             "sequence_id": 60,
             "name": "Corpus base",
-            "project": PROJECT,
+            "project": PLANE_PROJECT,
             "project_detail": {"identifier": "SHOP"},
             "state": "5e6f",
             "state_detail": {"id": "5e6f", "name": "To Analyse", "group": "unstarted"},
@@ -448,13 +455,9 @@ fn trunc(v: &Value) -> String {
 
 #[test]
 fn a_thousand_hostile_signed_deliveries_never_panic_and_never_create_a_task() {
-    let w = World::with_repo_extra(&format!("plane_project: {PROJECT}\nci: {{mode: status}}"));
-    let mut cfg = std::fs::read_to_string(&w.config).unwrap();
-    cfg.push_str(&format!(
-        "tracker:\n  kind: plane\n  webhook_secret_env: {PLANE_VAR}\n\
-         forge:\n  kind: gitea\n  webhook_secret_env: {GITEA_VAR}\n"
-    ));
-    std::fs::write(&w.config, cfg).unwrap();
+    // Eight `orch ingest` at a time for over a thousand deliveries: nothing else runs meanwhile.
+    let _alone = lanes::alone();
+    let w = webhooks::world(&signed_services(PLANE_VAR, GITEA_VAR));
     w.ok(&["events"], 0);
 
     let bodies = corpus();
@@ -468,32 +471,8 @@ fn a_thousand_hostile_signed_deliveries_never_panic_and_never_create_a_task() {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(b) = bodies.get(i) else { break };
-                    let (delivery, event, signature) = match b.source {
-                        "plane" => ("X-Plane-Delivery", "X-Plane-Event", "X-Plane-Signature"),
-                        _ => ("X-Gitea-Delivery", "X-Gitea-Event", "X-Gitea-Signature"),
-                    };
-                    let args = [
-                        "ingest".to_string(),
-                        b.source.to_string(),
-                        "--header".into(),
-                        format!("{delivery}: corpus-{i}"),
-                        "--header".into(),
-                        format!("{event}: {}", b.event),
-                        "--header".into(),
-                        format!("{signature}: {}", sign(&b.bytes)),
-                    ];
-                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                    let mut child = w
-                        .orch_cmd(&args)
-                        .env(PLANE_VAR, SECRET)
-                        .env(GITEA_VAR, SECRET)
-                        .stdin(Stdio::piped())
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .expect("orch starts");
-                    let _ = child.stdin.take().unwrap().write_all(&b.bytes);
-                    let r = common::wait_output(child);
+                    let delivery = format!("corpus-{i}");
+                    let r = ingest(&w, b.source, b.event, &delivery, &b.bytes, false);
                     if r.code != 0 && r.code != 2 {
                         failures
                             .lock()
@@ -561,34 +540,7 @@ fn a_thousand_hostile_signed_deliveries_never_panic_and_never_create_a_task() {
         ("gitea", "status", status_base(), "processed"),
     ] {
         let body = serde_json::to_vec(&body).unwrap();
-        let (d, e, s) = if source == "plane" {
-            ("X-Plane-Delivery", "X-Plane-Event", "X-Plane-Signature")
-        } else {
-            ("X-Gitea-Delivery", "X-Gitea-Event", "X-Gitea-Signature")
-        };
-        let args = [
-            "ingest".to_string(),
-            source.into(),
-            "--json".into(),
-            "--header".into(),
-            format!("{d}: control-{source}"),
-            "--header".into(),
-            format!("{e}: {event}"),
-            "--header".into(),
-            format!("{s}: {}", sign(&body)),
-        ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut child = w
-            .orch_cmd(&args)
-            .env(PLANE_VAR, SECRET)
-            .env(GITEA_VAR, SECRET)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(&body).unwrap();
-        let r = common::wait_output(child);
+        let r = ingest(&w, source, event, &format!("control-{source}"), &body, true);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(r.json()["outcome"], outcome, "{r:?}");
     }

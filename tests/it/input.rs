@@ -1,9 +1,7 @@
 //! Bad input is rejected with exit 2 and a message naming the problem, and changes nothing
 //! (SPEC §9 input patterns, §12 exit codes, §11 config validation).
 
-mod common;
-
-use common::{World, git, orch_bin};
+use crate::support::{self, Run, World, git, orch_bin};
 
 /// Everything a rejected command could have changed.
 fn fingerprint(w: &World) -> String {
@@ -19,7 +17,7 @@ fn fingerprint(w: &World) -> String {
 }
 
 /// Run, expect exit 2 with `needle` on stderr, and prove the database did not change.
-fn rejected(w: &World, args: &[&str], needle: &str) -> common::Run {
+fn rejected(w: &World, args: &[&str], needle: &str) -> Run {
     let before = fingerprint(w);
     let r = w.orch(args);
     assert_eq!(r.code, 2, "orch {args:?} should be rejected:\n{r:?}");
@@ -223,24 +221,19 @@ fn a_hostile_title_gives_a_safe_branch_slug() {
     assert_eq!(w.sql("SELECT count(*) FROM tasks"), "3");
 }
 
-fn with_config(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, common::Run) {
-    let dir = tempfile::tempdir().unwrap();
+fn with_config(yaml: &str) -> (support::TempDir, std::path::PathBuf, Run) {
+    let dir = support::tempdir();
     let path = dir.path().join("orch.yaml");
     std::fs::write(&path, yaml).unwrap();
-    let out = std::process::Command::new(orch_bin())
-        .arg("--config")
-        .arg(&path)
-        .args(["task", "list"])
-        .env_remove("ORCH_CONFIG")
-        .env_remove("ORCH_STATE_DIR")
-        .env_remove("ORCH_MAX_CONCURRENCY")
-        .output()
-        .unwrap();
-    let r = common::Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = Run::of(
+        std::process::Command::new(orch_bin())
+            .arg("--config")
+            .arg(&path)
+            .args(["task", "list"])
+            .env_remove("ORCH_CONFIG")
+            .env_remove("ORCH_STATE_DIR")
+            .env_remove("ORCH_MAX_CONCURRENCY"),
+    );
     (dir, path, r)
 }
 

@@ -2,25 +2,9 @@
 //! `orch advance`, `orch approve`, `orch pause`, `orch cancel`: every gate, every rollback, the
 //! block at the retry cap, the override ledger, and the history `orch task show` prints.
 
-mod common;
-
-use common::World;
+use crate::support::{self, World, jobs, transitions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-/// `orch task show <wi> --json`.
-fn show(w: &World, wi: &str) -> Value {
-    w.ok(&["task", "show", wi, "--json"], 0).json()
-}
-
-/// `orch advance <wi> --json`, asserting the exit code.
-fn advance(w: &World, wi: &str, code: i32) -> Value {
-    w.ok(&["advance", wi, "--json"], code).json()
-}
-
-fn jobs(v: &Value) -> &Vec<Value> {
-    v["jobs"].as_array().expect("jobs is an array")
-}
 
 fn last_job(v: &Value) -> &Value {
     jobs(v).last().expect("the task has a job")
@@ -28,12 +12,6 @@ fn last_job(v: &Value) -> &Value {
 
 fn queued_jobs(v: &Value) -> Vec<&Value> {
     jobs(v).iter().filter(|j| j["status"] == "queued").collect()
-}
-
-fn transitions(v: &Value) -> &Vec<Value> {
-    v["transitions"]
-        .as_array()
-        .expect("transitions is an array")
 }
 
 fn artifact<'a>(v: &'a Value, file: &str) -> &'a Value {
@@ -60,42 +38,6 @@ fn push_review_body(w: &World, wi: &str, body: &str) {
     w.push_files(wi, &[(&format!("docs/work-items/{wi}/12-review.md"), body)]);
 }
 
-/// add → analysis + approve → architecture (or development on the bug track).
-fn approved(w: &World, title: &str, extra: &[&str]) -> String {
-    let wi = w.add(title, extra);
-    w.push_analysis(&wi);
-    w.ok(&["approve", &wi, "--json"], 0);
-    wi
-}
-
-/// A fresh task walked to `development` (one ADR on the branch).
-fn walk_to_development(w: &World, title: &str) -> String {
-    let wi = approved(w, title, &[]);
-    assert_eq!(w.stage(&wi), "architecture");
-    w.push_adr(&wi);
-    let r = advance(w, &wi, 0);
-    assert_eq!(r["to"], "development", "{r:#}");
-    wi
-}
-
-/// A fresh task walked to `review` (code pushed once).
-fn walk_to_review(w: &World, title: &str) -> String {
-    let wi = walk_to_development(w, title);
-    w.push_code(&wi, "first implementation");
-    let r = advance(w, &wi, 0);
-    assert_eq!(r["to"], "review", "{r:#}");
-    wi
-}
-
-/// A fresh task walked to `testing` (review APPROVED with run id 1).
-fn walk_to_testing(w: &World, title: &str) -> String {
-    let wi = walk_to_review(w, title);
-    w.push_review(&wi, "APPROVED", "- none", 1);
-    let r = advance(w, &wi, 0);
-    assert_eq!(r["to"], "testing", "{r:#}");
-    wi
-}
-
 #[test]
 fn a_task_walks_by_hand_from_created_to_done() {
     let w = World::new();
@@ -105,7 +47,7 @@ fn a_task_walks_by_hand_from_created_to_done() {
 
     // Analysis: the files alone are not enough, a human must approve.
     w.push_analysis(&wi);
-    let r = advance(&w, &wi, 3);
+    let r = w.advance(&wi, 3);
     assert_eq!(r["outcome"], "not-satisfied", "{r:#}");
     assert_eq!(r["to"], "analysis");
     let reason = r["reason"].as_str().unwrap();
@@ -122,14 +64,14 @@ fn a_task_walks_by_hand_from_created_to_done() {
 
     // Architecture → development enqueues the developer.
     w.push_adr(&wi);
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
     assert_eq!(r["from"], "architecture");
     assert_eq!(r["to"], "development");
     let job = r["enqueued_job"]
         .as_i64()
         .unwrap_or_else(|| panic!("a developer job is enqueued: {r:#}"));
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     let last = last_job(&s);
     assert_eq!(last["id"], job);
@@ -142,7 +84,7 @@ fn a_task_walks_by_hand_from_created_to_done() {
     );
 
     // Development: no code yet.
-    let r = advance(&w, &wi, 3);
+    let r = w.advance(&wi, 3);
     assert_eq!(r["outcome"], "not-satisfied", "{r:#}");
     assert!(
         r["reason"].as_str().unwrap().contains("docs/work-items/"),
@@ -151,28 +93,28 @@ fn a_task_walks_by_hand_from_created_to_done() {
     assert_eq!(w.stage(&wi), "development");
 
     w.push_code(&wi, "health endpoint");
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["to"], "review", "{r:#}");
     assert!(
         !r["enqueued_job"].is_null(),
         "a reviewer is enqueued: {r:#}"
     );
-    assert_eq!(last_job(&show(&w, &wi))["role"], "reviewer");
+    assert_eq!(last_job(&w.show(&wi))["role"], "reviewer");
 
     w.push_review(&wi, "APPROVED", "- none", 1);
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["to"], "testing", "{r:#}");
-    assert_eq!(last_job(&show(&w, &wi))["role"], "tester");
+    assert_eq!(last_job(&w.show(&wi))["role"], "tester");
 
     // Testing PASS walks through the N/A stages to done in one call.
     w.push_test_report(&wi, "PASS", "test result: ok. 3 passed", 1);
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
     assert_eq!(r["from"], "testing");
     assert_eq!(r["to"], "done");
     assert!(r["enqueued_job"].is_null(), "done enqueues nothing: {r:#}");
 
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "done");
     let hops: Vec<(String, String)> = transitions(&s)
         .iter()
@@ -226,7 +168,7 @@ fn a_task_walks_by_hand_from_created_to_done() {
 
     // The work stays on the task branch of the remote.
     let remote = w.remote.to_str().unwrap();
-    let refs = common::git(
+    let refs = support::git(
         &w.scratch,
         &["ls-remote", remote, &format!("refs/heads/{branch}")],
     );
@@ -279,19 +221,19 @@ fn a_task_walks_by_hand_from_created_to_done() {
 #[test]
 fn request_changes_rolls_back_with_findings_in_the_prompt() {
     let w = World::new();
-    let wi = walk_to_review(&w, "Parse orders");
+    let wi = w.walk_to_review("Parse orders");
     w.push_review(
         &wi,
         "REQUEST_CHANGES",
         "- P0: null check missing in parse\n- P2: rename x\n- P1: add a test for empty input",
         1,
     );
-    let r = advance(&w, &wi, 3);
+    let r = w.advance(&wi, 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(r["to"], "development");
     let new_job = r["enqueued_job"].as_i64().expect("a developer job");
 
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     assert_eq!(s["dev_retries"], 1);
     let job = last_job(&s);
@@ -327,9 +269,9 @@ fn request_changes_rolls_back_with_findings_in_the_prompt() {
 
     // Next round: the old REQUEST_CHANGES must not decide it.
     w.push_code(&wi, "null check added");
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["to"], "review", "{r:#}");
-    let r = advance(&w, &wi, 3);
+    let r = w.advance(&wi, 3);
     assert_eq!(r["outcome"], "not-satisfied", "{r:#}");
     assert!(
         r["reason"]
@@ -340,30 +282,30 @@ fn request_changes_rolls_back_with_findings_in_the_prompt() {
     );
     assert_eq!(w.stage(&wi), "review");
     assert_eq!(
-        show(&w, &wi)["dev_retries"],
+        w.show(&wi)["dev_retries"],
         1,
         "a stale verdict spends nothing"
     );
 
     w.push_review(&wi, "APPROVED", "- none", 2);
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["to"], "testing", "{r:#}");
 }
 
 #[test]
 fn the_fourth_verdict_failure_blocks_the_task() {
     let w = World::new();
-    let wi = walk_to_review(&w, "Flaky reviewer");
+    let wi = w.walk_to_review("Flaky reviewer");
     let mut run = 0;
     for round in 1..=3u32 {
         run += 1;
         let body = review_body(&wi, "REQUEST_CHANGES", "- P0: still wrong", run);
         push_review_body(&w, &wi, &body);
-        let r = advance(&w, &wi, 3);
+        let r = w.advance(&wi, 3);
         assert_eq!(r["outcome"], "rolled-back", "round {round}: {r:#}");
-        assert_eq!(show(&w, &wi)["dev_retries"], round);
+        assert_eq!(w.show(&wi)["dev_retries"], round);
         w.push_code(&wi, &format!("round {round}"));
-        let r = advance(&w, &wi, 0);
+        let r = w.advance(&wi, 0);
         assert_eq!(r["to"], "review", "round {round}: {r:#}");
     }
 
@@ -371,11 +313,11 @@ fn the_fourth_verdict_failure_blocks_the_task() {
     run += 1;
     let fourth = review_body(&wi, "REQUEST_CHANGES", "- P0: still wrong", run);
     push_review_body(&w, &wi, &fourth);
-    let jobs_before = jobs(&show(&w, &wi)).len();
-    let r = advance(&w, &wi, 5);
+    let jobs_before = jobs(&w.show(&wi)).len();
+    let r = w.advance(&wi, 5);
     assert_eq!(r["outcome"], "blocked", "{r:#}");
     assert!(r["enqueued_job"].is_null(), "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "review");
     assert!(s["blocked_at"].is_string(), "{s:#}");
     assert!(
@@ -399,7 +341,7 @@ fn the_fourth_verdict_failure_blocks_the_task() {
         "{why:#}"
     );
 
-    let r = advance(&w, &wi, 5);
+    let r = w.advance(&wi, 5);
     assert_eq!(r["outcome"], "blocked", "{r:#}");
     assert_eq!(w.stage(&wi), "review");
 
@@ -421,7 +363,7 @@ fn the_fourth_verdict_failure_blocks_the_task() {
     assert_eq!(r["outcome"], "advanced", "{r:#}");
     assert_eq!(r["to"], "development");
     assert!(!r["enqueued_job"].is_null(), "a developer job: {r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     assert!(s["blocked_at"].is_null(), "{s:#}");
     assert!(s["blocked_reason"].is_null(), "{s:#}");
@@ -434,7 +376,7 @@ fn the_fourth_verdict_failure_blocks_the_task() {
 
     // Another override with --reset-retries sets the count back to 0.
     w.push_code(&wi, "after the fix");
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["to"], "review", "{r:#}");
     w.ok(
         &[
@@ -449,7 +391,7 @@ fn the_fourth_verdict_failure_blocks_the_task() {
         ],
         0,
     );
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     assert_eq!(s["dev_retries"], 0);
 
@@ -477,13 +419,13 @@ fn the_fourth_verdict_failure_blocks_the_task() {
 #[test]
 fn failed_tests_roll_back_with_the_test_output_embedded() {
     let w = World::new();
-    let wi = walk_to_testing(&w, "Totals");
+    let wi = w.walk_to_testing("Totals");
     w.push_test_report(&wi, "FAIL", "assertion failed: left == right", 1);
-    let r = advance(&w, &wi, 3);
+    let r = w.advance(&wi, 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(r["from"], "testing");
     assert_eq!(r["to"], "development");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     assert_eq!(s["dev_retries"], 1);
     let job = last_job(&s);
@@ -503,7 +445,7 @@ fn failed_tests_roll_back_with_the_test_output_embedded() {
 #[test]
 fn negative_token_wins_over_pass() {
     let w = World::new();
-    let wi = walk_to_testing(&w, "Negative tokens");
+    let wi = w.walk_to_testing("Negative tokens");
     let file = format!("docs/work-items/{wi}/13-test-report.md");
     w.push_files(
         &wi,
@@ -512,15 +454,15 @@ fn negative_token_wins_over_pass() {
             "---\nresult: PASS\nstatus: FAILED\nrun_id: 1\n---\n# Test report\n\n## Test output\nthread main panicked\n",
         )],
     );
-    let r = advance(&w, &wi, 3);
+    let r = w.advance(&wi, 3);
     assert_eq!(r["outcome"], "rolled-back", "{r:#}");
     assert_eq!(w.stage(&wi), "development");
 
     // Next round: `status: stored` holds no negative token (not `RED`), so PASS wins.
     w.push_code(&wi, "fixed the panic");
-    assert_eq!(advance(&w, &wi, 0)["to"], "review");
+    assert_eq!(w.advance(&wi, 0)["to"], "review");
     w.push_review(&wi, "APPROVED", "- none", 2);
-    assert_eq!(advance(&w, &wi, 0)["to"], "testing");
+    assert_eq!(w.advance(&wi, 0)["to"], "testing");
     w.push_files(
         &wi,
         &[(
@@ -528,7 +470,7 @@ fn negative_token_wins_over_pass() {
             "---\nresult: PASS\nstatus: stored\nrun_id: 2\n---\n# Test report\n\n## Test output\nok\n",
         )],
     );
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
     assert_eq!(r["to"], "done");
 }
@@ -536,9 +478,9 @@ fn negative_token_wins_over_pass() {
 #[test]
 fn dry_run_changes_nothing() {
     let w = World::new();
-    let wi = approved(&w, "Dry run", &[]);
+    let wi = w.approved("Dry run", &[]);
     w.push_adr(&wi);
-    let before = show(&w, &wi);
+    let before = w.show(&wi);
     let count_before = transition_count(&w);
 
     let r = w.ok(&["advance", &wi, "--dry-run", "--json"], 0).json();
@@ -548,12 +490,12 @@ fn dry_run_changes_nothing() {
     assert_eq!(r["to"], "development");
     assert!(r["enqueued_job"].is_null(), "{r:#}");
 
-    let after = show(&w, &wi);
+    let after = w.show(&wi);
     assert_eq!(after["stage"], "architecture");
     assert_eq!(after["jobs"], before["jobs"], "the job list is unchanged");
     assert_eq!(transition_count(&w), count_before, "no history row");
     assert_eq!(
-        advance(&w, &wi, 0)["to"],
+        w.advance(&wi, 0)["to"],
         "development",
         "the real call still advances"
     );
@@ -562,8 +504,8 @@ fn dry_run_changes_nothing() {
 #[test]
 fn bug_track_skips_architecture() {
     let w = World::new();
-    let wi = approved(&w, "Crash on empty cart", &["--bug"]);
-    let s = show(&w, &wi);
+    let wi = w.approved("Crash on empty cart", &["--bug"]);
+    let s = w.show(&wi);
     assert_eq!(s["track"], "bug");
     assert_eq!(s["stage"], "development");
     assert_eq!(last_job(&s)["role"], "developer");
@@ -582,15 +524,15 @@ fn bug_track_skips_architecture() {
 #[test]
 fn breakpoint_pauses_before_the_named_stage() {
     let w = World::new();
-    let wi = walk_to_development(&w, "Breakpoint");
+    let wi = w.walk_to_development("Breakpoint");
     w.ok(&["pause", &wi, "--reason", "r", "--before", "review"], 0);
-    assert_eq!(show(&w, &wi)["pause_before"], "review");
+    assert_eq!(w.show(&wi)["pause_before"], "review");
     w.push_code(&wi, "code");
 
-    let r = advance(&w, &wi, 4);
+    let r = w.advance(&wi, 4);
     assert_eq!(r["outcome"], "deferred", "{r:#}");
     assert_eq!(r["to"], "development");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "development");
     assert_eq!(s["paused"], true, "{s:#}");
     assert!(s["paused_at"].is_string());
@@ -600,8 +542,8 @@ fn breakpoint_pauses_before_the_named_stage() {
     );
 
     w.ok(&["resume", &wi], 0);
-    assert_eq!(show(&w, &wi)["paused"], false);
-    let r = advance(&w, &wi, 0);
+    assert_eq!(w.show(&wi)["paused"], false);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["to"], "review", "{r:#}");
     assert_eq!(w.stage(&wi), "review");
 }
@@ -615,7 +557,7 @@ fn cancel_tombstones_the_id_and_it_can_be_reused() {
     let r = w.ok(&["cancel", &wi, "--json"], 0).json();
     assert_eq!(r["work_item"], "SHOP-1#cancelled-1", "{r:#}");
 
-    let s = show(&w, "SHOP-1");
+    let s = w.show("SHOP-1");
     assert_eq!(s["stage"], "cancelled");
     assert_eq!(s["work_item"], "SHOP-1#cancelled-1");
     assert!(s["cancelled_at"].is_string(), "{s:#}");
@@ -630,11 +572,11 @@ fn cancel_tombstones_the_id_and_it_can_be_reused() {
 
     let again = w.add("Started again", &["--work-item", "SHOP-1"]);
     assert_eq!(again, "SHOP-1");
-    let s = show(&w, "SHOP-1");
+    let s = w.show("SHOP-1");
     assert_eq!(s["work_item"], "SHOP-1");
     assert_eq!(s["stage"], "analysis");
     assert_eq!(s["title"], "Started again");
-    let old = show(&w, "SHOP-1#cancelled-1");
+    let old = w.show("SHOP-1#cancelled-1");
     assert_eq!(old["stage"], "cancelled");
     assert_eq!(old["title"], "Soon cancelled");
 }
@@ -642,7 +584,7 @@ fn cancel_tombstones_the_id_and_it_can_be_reused() {
 #[test]
 fn approve_outside_analysis_is_refused() {
     let w = World::new();
-    let wi = approved(&w, "Approved twice", &[]);
+    let wi = w.approved("Approved twice", &[]);
     assert_eq!(w.stage(&wi), "architecture");
     let count = transition_count(&w);
     let r = w.ok(&["approve", &wi], 2);
@@ -661,7 +603,7 @@ fn confirm_deploy_outside_deploy_is_refused() {
     let wi = w.add("Not deployable yet", &[]);
     let r = w.ok(&["confirm-deploy", &wi], 2);
     assert!(r.stderr.contains("not `deploy`"), "{r:?}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "analysis");
     assert!(s["deploy_confirmed_at"].is_null(), "{s:#}");
 }
@@ -681,7 +623,7 @@ fn an_approval_before_the_files_is_kept_until_they_arrive() {
         assert!(msg.contains(f), "the message names `{f}`: {msg}");
     }
     assert_eq!(r["advance"]["outcome"], "not-satisfied", "{r:#}");
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     assert_eq!(s["stage"], "analysis");
     assert!(
         s["approved_at"].is_string(),
@@ -689,7 +631,7 @@ fn an_approval_before_the_files_is_kept_until_they_arrive() {
     );
 
     w.push_analysis(&wi);
-    let r = advance(&w, &wi, 0);
+    let r = w.advance(&wi, 0);
     assert_eq!(r["outcome"], "advanced", "{r:#}");
     assert_eq!(r["to"], "architecture");
     assert_eq!(w.stage(&wi), "architecture");

@@ -1,14 +1,14 @@
-mod common;
-
-// The stub agent (`scripts/stub-agent`), run directly the way orch launches an agent: cwd = a git
-// worktree, prompt on stdin, `ORCH_*` in the environment, flags in argv.
+//! The stub agent (`scripts/stub-agent`), run directly the way orch launches an agent: cwd = a git
+//! worktree, prompt on stdin, `ORCH_*` in the environment, flags in argv.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::support::{self, STUB_KNOBS, procs, stub_agent, wait_until};
 
 const ROLES: [&str; 6] = [
     "analyst",
@@ -26,36 +26,21 @@ const NEGATIVE: [&str; 6] = [
     "REJECT",
     "RED",
 ];
-const KNOBS: [&str; 11] = [
-    "STUB_SLEEP",
-    "STUB_REQUEST_CHANGES_FIRST",
-    "STUB_TEST_FAIL_FIRST",
-    "STUB_EXIT",
-    "STUB_HANG",
-    "STUB_LINGER",
-    "STUB_USAGE_LIMIT",
-    "STUB_RUN_LOG",
-    "STUB_STATE_DIR",
-    "ORCH_STAGE",
-    "ORCH_ARTIFACT_DIR",
-];
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stub-agent")
-}
+/// What the stub reads from orch besides its knobs; a test sets them itself or not at all.
+const ORCH_INPUTS: [&str; 2] = ["ORCH_STAGE", "ORCH_ARTIFACT_DIR"];
 
 /// A temp dir holding a `git init` repo (`repo/`) and a state dir (`state/`) outside it.
 struct Sandbox {
-    dir: tempfile::TempDir,
+    dir: support::TempDir,
 }
 
 impl Sandbox {
     fn new() -> Sandbox {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = support::tempdir();
         std::fs::create_dir_all(dir.path().join("repo")).unwrap();
         std::fs::create_dir_all(dir.path().join("state")).unwrap();
         let s = Sandbox { dir };
-        common::git(&s.repo(), &["init", "-q", "-b", "main"]);
+        support::git(&s.repo(), &["init", "-q", "-b", "main"]);
         s
     }
 
@@ -65,8 +50,8 @@ impl Sandbox {
         std::fs::write(s.repo().join("README.md"), "shop\n").unwrap();
         std::fs::create_dir_all(s.repo().join("src")).unwrap();
         std::fs::write(s.repo().join("src/lib.txt"), "v1\n").unwrap();
-        common::git(&s.repo(), &["add", "-A"]);
-        common::git(&s.repo(), &["commit", "-qm", "initial"]);
+        support::git(&s.repo(), &["add", "-A"]);
+        support::git(&s.repo(), &["commit", "-qm", "initial"]);
         s
     }
 
@@ -80,7 +65,7 @@ impl Sandbox {
 
     /// The command orch would run, with a clean knob environment and the state dir set.
     fn cmd(&self, role: &str, wi: &str, env: &[(&str, &str)]) -> Command {
-        let mut c = Command::new(script());
+        let mut c = Command::new(stub_agent());
         c.args([
             "--print",
             "--output-format",
@@ -91,7 +76,7 @@ impl Sandbox {
             "/nonexistent/prompt.md",
         ]);
         c.current_dir(self.repo());
-        for k in KNOBS {
+        for k in STUB_KNOBS.iter().chain(&ORCH_INPUTS) {
             c.env_remove(k);
         }
         c.env("ORCH_ROLE", role)
@@ -136,7 +121,7 @@ impl Sandbox {
     }
 
     fn porcelain(&self) -> Vec<String> {
-        common::git(
+        support::git(
             &self.repo(),
             &["status", "--porcelain", "--untracked-files=all"],
         )
@@ -273,12 +258,15 @@ fn each_role_writes_its_artifacts_with_frontmatter() {
     check_common(&fm, wi, "deploy", "deployer");
     assert_eq!(fm["deploy_status"], "SUCCESS");
     assert_eq!(fm["status"], "success");
-    assert_eq!(fm["commit"], common::git(&s.repo(), &["rev-parse", "HEAD"]));
+    assert_eq!(
+        fm["commit"],
+        support::git(&s.repo(), &["rev-parse", "HEAD"])
+    );
     assert_no_negative(&fm);
 
     // Nothing committed: the stub only writes files.
     assert_eq!(
-        common::git(&s.repo(), &["rev-list", "--count", "HEAD"]),
+        support::git(&s.repo(), &["rev-list", "--count", "HEAD"]),
         "1"
     );
 }
@@ -581,11 +569,9 @@ fn stub_sleep_delays_the_run() {
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
 
+/// SIGKILL to the process group this test started with `process_group(0)`.
 fn kill_group(pid: u32) {
-    // SAFETY: signalling the process group this test started with `process_group(0)`.
-    unsafe {
-        libc::kill(-(pid as i32), libc::SIGKILL);
-    }
+    procs::kill(-(pid as i32));
 }
 
 #[test]
@@ -600,14 +586,12 @@ fn stub_hang_sleeps_until_its_group_is_killed() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(10);
     // The stub `exec`s sleep, so the process we started becomes `sleep` itself.
     let comm = PathBuf::from(format!("/proc/{pid}/comm"));
     if comm.exists() {
-        while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
-            assert!(Instant::now() < deadline, "stub never became sleep");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until("the stub becomes sleep", Duration::from_secs(10), || {
+            std::fs::read_to_string(&comm).unwrap_or_default().trim() == "sleep"
+        });
     } else {
         std::thread::sleep(Duration::from_millis(500));
     }

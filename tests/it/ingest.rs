@@ -2,43 +2,24 @@
 //! in a temp world; forged, unsigned, oversize and malformed ones are rejected and kept in the
 //! inbox; duplicates act once; `--replay` re-drives a stored delivery.
 
-mod common;
-
-use std::io::Write;
-use std::process::Stdio;
-
-use common::{Run, World, git};
-use hmac::{Hmac, KeyInit, Mac};
+use crate::support::webhooks::{self, plane_issue, sign, signed_headers, signed_services};
+use crate::support::{Run, World, feed, git};
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 const PLANE_VAR: &str = "ORCH_TEST_PLANE_HOOK_SECRET";
 const GITEA_VAR: &str = "ORCH_TEST_GITEA_HOOK_SECRET";
 const PLANE_SECRET: &str = "plane-hook-secret-1";
 const GITEA_SECRET: &str = "gitea-hook-secret-1";
-const PROJECT: &str = "8b2c6a0e-5d1f-4c3b-9a7e-0f1e2d3c4b5a";
 
-/// A world whose repo `shop` is Plane project `PROJECT`, with CI status gating development, and
-/// `tracker`/`forge` blocks naming the secret variables (plus `extra` top-level YAML).
-fn world(service_extra: &str) -> World {
-    let w = World::with_repo_extra(&format!("plane_project: {PROJECT}\nci: {{mode: status}}"));
-    let mut cfg = std::fs::read_to_string(&w.config).unwrap();
-    if service_extra.is_empty() {
-        cfg.push_str(&format!(
-            "tracker:\n  kind: plane\n  webhook_secret_env: {PLANE_VAR}\n\
-             forge:\n  kind: gitea\n  webhook_secret_env: {GITEA_VAR}\n"
-        ));
+/// A world whose repo `shop` is Plane project `PLANE_PROJECT`, with CI status gating
+/// development, and `tracker`/`forge` blocks naming the secret variables (or `services`, other
+/// top-level YAML, instead).
+fn world(services: &str) -> World {
+    if services.is_empty() {
+        webhooks::world(&signed_services(PLANE_VAR, GITEA_VAR))
     } else {
-        cfg.push_str(service_extra);
+        webhooks::world(services)
     }
-    std::fs::write(&w.config, cfg).unwrap();
-    w
-}
-
-fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(body);
-    hex::encode(mac.finalize().into_bytes())
 }
 
 /// `orch ingest <source> --json` with `body` on stdin, `headers`, and `env` on the process.
@@ -56,80 +37,24 @@ fn ingest_env(
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = w.orch_cmd(&args);
-    cmd.env_remove(PLANE_VAR).env_remove(GITEA_VAR);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("orch starts");
-    let mut stdin = child.stdin.take().unwrap();
-    // A reader that stops early (an oversize body) closes the pipe; that is fine.
-    let _ = stdin.write_all(body);
-    drop(stdin);
-    common::wait_output(child)
+    cmd.env_remove(PLANE_VAR)
+        .env_remove(GITEA_VAR)
+        .envs(env.iter().copied());
+    feed(&mut cmd, body)
 }
 
 const SECRETS: [(&str, &str); 2] = [(PLANE_VAR, PLANE_SECRET), (GITEA_VAR, GITEA_SECRET)];
 
 /// A correctly signed Plane delivery.
 fn plane(w: &World, delivery: &str, body: &[u8]) -> Run {
-    ingest_env(
-        w,
-        "plane",
-        &[
-            ("X-Plane-Delivery", delivery.to_string()),
-            ("X-Plane-Event", "issue".into()),
-            ("X-Plane-Signature", sign(PLANE_SECRET, body)),
-        ],
-        body,
-        &SECRETS,
-    )
+    let headers = signed_headers("plane", delivery, "issue", PLANE_SECRET, body);
+    ingest_env(w, "plane", &headers, body, &SECRETS)
 }
 
 /// A correctly signed Gitea delivery of `event`.
 fn gitea(w: &World, delivery: &str, event: &str, body: &[u8]) -> Run {
-    ingest_env(
-        w,
-        "gitea",
-        &[
-            ("X-Gitea-Delivery", delivery.to_string()),
-            ("X-Gitea-Event", event.into()),
-            ("X-Gitea-Signature", sign(GITEA_SECRET, body)),
-        ],
-        body,
-        &SECRETS,
-    )
-}
-
-/// Plane's documented issue payload, with the state expanded as an object.
-fn issue(seq: u64, state: &str, name: &str, labels: &[&str]) -> Vec<u8> {
-    let labels: Vec<Value> = labels
-        .iter()
-        .enumerate()
-        .map(|(i, l)| json!({"id": format!("label-{i}"), "name": l, "color": "#ff0000"}))
-        .collect();
-    serde_json::to_vec(&json!({
-        "event": "issue",
-        "action": "updated",
-        "webhook_id": "0c5e2a4c-1111-4222-8333-944455556666",
-        "workspace_id": "d2d97c94-a6ad-4012-b526-5577c0d7c769",
-        "data": {
-            "id": format!("1a2b3c4d-0000-4000-8000-{seq:012}"),
-            "sequence_id": seq,
-            "name": name,
-            "project": PROJECT,
-            "state": {"id": "5e6f", "name": state, "color": "#60646C", "group": "unstarted"},
-            "labels": labels,
-            "description_stripped": "Customers want to know the shop is up.",
-            "priority": "none"
-        },
-        "activity": {"actor": {"id": "u-1", "display_name": "Ann"}}
-    }))
-    .unwrap()
+    let headers = signed_headers("gitea", delivery, event, GITEA_SECRET, body);
+    ingest_env(w, "gitea", &headers, body, &SECRETS)
 }
 
 fn expect(r: &Run, code: i32, outcome: &str) -> Value {
@@ -138,10 +63,6 @@ fn expect(r: &Run, code: i32, outcome: &str) -> Value {
     assert_eq!(v["outcome"], outcome, "{v:#}");
     assert_eq!(v["schema_version"], 1, "{v:#}");
     v
-}
-
-fn show(w: &World, wi: &str) -> Value {
-    w.ok(&["task", "show", wi, "--json"], 0).json()
 }
 
 fn task_count(w: &World) -> String {
@@ -161,7 +82,7 @@ fn events(w: &World, rejected: bool) -> Vec<Value> {
 #[test]
 fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
     let w = world("");
-    let body = issue(
+    let body = plane_issue(
         7,
         "To Analyse",
         "Add a health endpoint",
@@ -173,7 +94,7 @@ fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
     assert_eq!(v["event"], "issue");
     assert_eq!(v["delivery_id"], "d-7");
 
-    let s = show(&w, "SHOP-7");
+    let s = w.show("SHOP-7");
     assert_eq!(s["stage"], "analysis", "{s:#}");
     assert_eq!(s["title"], "Add a health endpoint");
     assert_eq!(
@@ -233,9 +154,7 @@ fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
     );
 
     // The plain line names the outcome and the delivery.
-    let mut cmd = w.orch_cmd(&["events"]);
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = w.orch(&["events"]).stdout;
     assert!(
         text.contains("d-7b") && text.contains("duplicate"),
         "{text}"
@@ -245,7 +164,7 @@ fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
 #[test]
 fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
     let w = world("");
-    let body = issue(8, "To Analyse", "Forged", &[]);
+    let body = plane_issue(8, "To Analyse", "Forged", &[]);
     // (headers besides the delivery id, the environment of orch, what the reason says)
     type Case<'a> = (Vec<(&'a str, String)>, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
@@ -285,16 +204,11 @@ fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
     assert!(rejected[0]["reason"].as_str().unwrap().contains(PLANE_VAR));
 
     // The plain form exits 2 too and says why on stdout.
-    let mut cmd = w.orch_cmd(&["ingest", "plane"]);
-    cmd.env(PLANE_VAR, PLANE_SECRET);
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&body).unwrap();
-    let r = common::wait_output(child);
+    let r = feed(
+        w.orch_cmd(&["ingest", "plane"])
+            .env(PLANE_VAR, PLANE_SECRET),
+        &body,
+    );
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.stdout.starts_with("rejected: plane delivery `sha256:"),
@@ -305,8 +219,8 @@ fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
 #[test]
 fn a_forged_delivery_reusing_a_real_id_does_not_suppress_the_real_one() {
     let w = world("");
-    let real = issue(9, "To Analyse", "Real work", &[]);
-    let forged = issue(9, "Backlog", "Forged", &[]);
+    let real = plane_issue(9, "To Analyse", "Real work", &[]);
+    let forged = plane_issue(9, "Backlog", "Forged", &[]);
     let r = ingest_env(
         &w,
         "plane",
@@ -320,13 +234,13 @@ fn a_forged_delivery_reusing_a_real_id_does_not_suppress_the_real_one() {
     expect(&r, 2, "rejected");
     let v = expect(&plane(&w, "shared-id", &real), 0, "processed");
     assert_eq!(v["work_item"], "SHOP-9");
-    assert_eq!(show(&w, "SHOP-9")["stage"], "analysis");
+    assert_eq!(w.show("SHOP-9")["stage"], "analysis");
 }
 
 #[test]
 fn unsigned_deliveries_pass_only_where_allow_unsigned_is_set() {
     let w = world("tracker:\n  kind: plane\n  allow_unsigned: true\nforge:\n  kind: gitea\n");
-    let body = issue(10, "To Analyse", "Unsigned but allowed", &[]);
+    let body = plane_issue(10, "To Analyse", "Unsigned but allowed", &[]);
     let r = ingest_env(
         &w,
         "plane",
@@ -339,7 +253,7 @@ fn unsigned_deliveries_pass_only_where_allow_unsigned_is_set() {
         v["reason"].as_str().unwrap().contains("accepted unsigned"),
         "the inbox says it was not verified: {v:#}"
     );
-    assert_eq!(show(&w, "SHOP-10")["stage"], "analysis");
+    assert_eq!(w.show("SHOP-10")["stage"], "analysis");
 
     // The forge block has no secret and no allow_unsigned: everything is rejected.
     let status = json!({"sha": "a".repeat(40), "state": "success", "context": "ci",
@@ -365,13 +279,13 @@ fn unsigned_deliveries_pass_only_where_allow_unsigned_is_set() {
 fn approved_confirm_and_stop_deliveries_act_on_the_task() {
     let w = world("");
     expect(
-        &plane(&w, "a-1", &issue(11, "To Analyse", "Approve me", &[])),
+        &plane(&w, "a-1", &plane_issue(11, "To Analyse", "Approve me", &[])),
         0,
         "processed",
     );
     // Approved before the analysis exists: recorded, the gate says what is missing.
     let v = expect(
-        &plane(&w, "a-2", &issue(11, "Approved", "Approve me", &[])),
+        &plane(&w, "a-2", &plane_issue(11, "Approved", "Approve me", &[])),
         0,
         "processed",
     );
@@ -385,7 +299,7 @@ fn approved_confirm_and_stop_deliveries_act_on_the_task() {
     assert_eq!(w.stage("SHOP-11"), "analysis");
     w.push_analysis("SHOP-11");
     let v = expect(
-        &plane(&w, "a-3", &issue(11, "Approved", "Approve me", &[])),
+        &plane(&w, "a-3", &plane_issue(11, "Approved", "Approve me", &[])),
         0,
         "processed",
     );
@@ -397,7 +311,7 @@ fn approved_confirm_and_stop_deliveries_act_on_the_task() {
 
     // Approved again (the tracker echoes it on every edit): does nothing, says why.
     let v = expect(
-        &plane(&w, "a-4", &issue(11, "Approved", "Approve me", &[])),
+        &plane(&w, "a-4", &plane_issue(11, "Approved", "Approve me", &[])),
         0,
         "ignored",
     );
@@ -407,7 +321,11 @@ fn approved_confirm_and_stop_deliveries_act_on_the_task() {
     );
     // Confirm Deploy outside `deploy`, and a state with no meaning: ignored with a reason.
     let v = expect(
-        &plane(&w, "a-5", &issue(11, "Confirm Deploy", "Approve me", &[])),
+        &plane(
+            &w,
+            "a-5",
+            &plane_issue(11, "Confirm Deploy", "Approve me", &[]),
+        ),
         0,
         "ignored",
     );
@@ -419,7 +337,11 @@ fn approved_confirm_and_stop_deliveries_act_on_the_task() {
         "{v:#}"
     );
     let v = expect(
-        &plane(&w, "a-6", &issue(11, "In Progress", "Approve me", &[])),
+        &plane(
+            &w,
+            "a-6",
+            &plane_issue(11, "In Progress", "Approve me", &[]),
+        ),
         0,
         "ignored",
     );
@@ -427,19 +349,20 @@ fn approved_confirm_and_stop_deliveries_act_on_the_task() {
 
     // STOP cancels; a second STOP finds nothing to stop.
     let v = expect(
-        &plane(&w, "a-7", &issue(11, "STOP", "Approve me", &[])),
+        &plane(&w, "a-7", &plane_issue(11, "STOP", "Approve me", &[])),
         0,
         "processed",
     );
     assert!(v["reason"].as_str().unwrap().contains("cancelled"), "{v:#}");
     assert_eq!(w.stage("SHOP-11"), "cancelled");
     expect(
-        &plane(&w, "a-8", &issue(11, "STOP", "Approve me", &[])),
+        &plane(&w, "a-8", &plane_issue(11, "STOP", "Approve me", &[])),
         0,
         "ignored",
     );
     // A project orch does not know is ignored.
-    let mut other: Value = serde_json::from_slice(&issue(12, "To Analyse", "x", &[])).unwrap();
+    let mut other: Value =
+        serde_json::from_slice(&plane_issue(12, "To Analyse", "x", &[])).unwrap();
     other["data"]["project"] = json!("99999999-0000-4000-8000-000000000000");
     let v = expect(
         &plane(&w, "a-9", &serde_json::to_vec(&other).unwrap()),
@@ -461,7 +384,11 @@ fn approved_confirm_and_stop_deliveries_act_on_the_task() {
 fn in_development(w: &World, seq: u64, delivery: &str) -> (String, String) {
     let wi = format!("SHOP-{seq}");
     expect(
-        &plane(w, delivery, &issue(seq, "To Analyse", "Checkout page", &[])),
+        &plane(
+            w,
+            delivery,
+            &plane_issue(seq, "To Analyse", "Checkout page", &[]),
+        ),
         0,
         "processed",
     );
@@ -542,7 +469,7 @@ fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
         )),
         "success"
     );
-    let s = show(&w, &wi);
+    let s = w.show(&wi);
     let hop = s["transitions"]
         .as_array()
         .unwrap()
@@ -567,7 +494,7 @@ fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
         v["reason"].as_str().unwrap().contains("rolled-back"),
         "{v:#}"
     );
-    let s = show(&w, &wi2);
+    let s = w.show(&wi2);
     assert_eq!(s["stage"], "development", "{s:#}");
     assert_eq!(s["dev_retries"], 1, "{s:#}");
     let last = s["jobs"].as_array().unwrap().last().unwrap().clone();
@@ -587,7 +514,7 @@ fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
 fn a_merged_pull_request_releases_the_merge_lease_held_for_its_branch() {
     let w = world("");
     expect(
-        &plane(&w, "m-0", &issue(30, "To Analyse", "Merge me", &[])),
+        &plane(&w, "m-0", &plane_issue(30, "To Analyse", "Merge me", &[])),
         0,
         "processed",
     );
@@ -666,7 +593,7 @@ fn secrets_are_never_stored_in_the_inbox() {
     let w = world(&format!(
         "tracker:\n  kind: plane\n  token_env: ORCH_TEST_PLANE_TOKEN\n  webhook_secret_env: {PLANE_VAR}\n"
     ));
-    let body = issue(40, "Backlog", "x", &[]);
+    let body = plane_issue(40, "Backlog", "x", &[]);
     let r = ingest_env(
         &w,
         "plane",
@@ -693,26 +620,20 @@ fn secrets_are_never_stored_in_the_inbox() {
 fn replay_re_drives_a_stored_delivery() {
     let w = world("");
     expect(
-        &plane(&w, "r-1", &issue(50, "To Analyse", "Replay me", &[])),
+        &plane(&w, "r-1", &plane_issue(50, "To Analyse", "Replay me", &[])),
         0,
         "processed",
     );
     // Approved before the analysis files: the approval is recorded, the task stays.
     expect(
-        &plane(&w, "r-2", &issue(50, "Approved", "Replay me", &[])),
+        &plane(&w, "r-2", &plane_issue(50, "Approved", "Replay me", &[])),
         0,
         "processed",
     );
     assert_eq!(w.stage("SHOP-50"), "analysis");
     w.push_analysis("SHOP-50");
     // After the fix, the stored delivery is re-driven (no source needed) and acts.
-    let mut cmd = w.orch_cmd(&["ingest", "--replay", "r-2", "--json"]);
-    let r = common::wait_output(
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let r = w.orch(&["ingest", "--replay", "r-2", "--json"]);
     let v = expect(&r, 0, "processed");
     assert!(
         v["reason"]
@@ -729,7 +650,7 @@ fn replay_re_drives_a_stored_delivery() {
     );
 
     // A rejected delivery is verified again with the current secret when replayed.
-    let body = issue(51, "To Analyse", "Rotated secret", &[]);
+    let body = plane_issue(51, "To Analyse", "Rotated secret", &[]);
     let r = ingest_env(
         &w,
         "plane",
@@ -742,13 +663,9 @@ fn replay_re_drives_a_stored_delivery() {
     );
     expect(&r, 2, "rejected");
     let replay = |secret: &str| {
-        let mut cmd = w.orch_cmd(&["ingest", "plane", "--replay", "r-3", "--json"]);
-        cmd.env(PLANE_VAR, secret);
-        common::wait_output(
-            cmd.stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
+        w.orch_with(
+            &["ingest", "plane", "--replay", "r-3", "--json"],
+            &[(PLANE_VAR, secret)],
         )
     };
     let v = expect(&replay(PLANE_SECRET), 2, "rejected");

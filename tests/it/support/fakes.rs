@@ -1,236 +1,18 @@
-//! Small stateful fakes of Plane, Gitea and Telegram for integration tests: each an HTTP/1.1
-//! server on `127.0.0.1:0` in the test process, holding what the real service would
-//! (projects, states, issues, comments; repos, branches, statuses, pull requests; messages),
-//! counting every write, and able to fail on demand: answer 503 to everything, or stop
-//! listening so connections are refused (and come back on the same port).
-//!
-//! Use from any test file with `mod fakes;`. Point orch at `fake.url()` in the config.
-
-#![allow(dead_code)]
+//! Small stateful fakes of Plane, Gitea and Telegram, each a handler on the one fake HTTP server
+//! ([`super::fake_http`]): holding what the real service would (projects, states, issues,
+//! comments; repos, branches, statuses, pull requests; messages), counting every write, and able
+//! to fail on demand through their server's [`Mode`]. Point orch at `fake.url()` in the config.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
-// ------------------------------------------------------------------------------ HTTP core
+pub use super::fake_http::Mode;
+use super::fake_http::{Request, Server};
 
-/// One request as the fake saw it.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub method: String,
-    /// Path and query, as sent.
-    pub path: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-
-    /// The path without its query.
-    pub fn route(&self) -> &str {
-        self.path.split('?').next().unwrap_or("")
-    }
-}
-
-/// How the fake answers right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Up,
-    /// Every request gets `503 Service Unavailable`.
-    Unavailable,
-    /// Nothing listens: connections are refused.
-    Refusing,
-}
-
-type Handler = dyn Fn(&Request) -> (u16, Value) + Send + Sync;
-
-/// The HTTP server under a fake.
-pub struct Server {
-    addr: SocketAddr,
-    mode: Arc<Mutex<Mode>>,
-    stop: Arc<AtomicBool>,
-    handler: Arc<Handler>,
-    /// Every request that reached the handler (not the 503s), in order.
-    pub log: Arc<Mutex<Vec<Request>>>,
-    accept: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Server {
-    fn start(handler: Arc<Handler>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a fake");
-        let addr = listener.local_addr().unwrap();
-        let s = Server {
-            addr,
-            mode: Arc::new(Mutex::new(Mode::Up)),
-            stop: Arc::new(AtomicBool::new(false)),
-            handler,
-            log: Arc::new(Mutex::new(Vec::new())),
-            accept: Mutex::new(None),
-        };
-        s.serve(listener);
-        s
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let stop = self.stop.clone();
-        stop.store(false, Ordering::SeqCst);
-        let mode = self.mode.clone();
-        let handler = self.handler.clone();
-        let log = self.log.clone();
-        let t = std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(conn) = conn else { continue };
-                let (mode, handler, log) = (mode.clone(), handler.clone(), log.clone());
-                std::thread::spawn(move || {
-                    let _ = handle(conn, &mode, &*handler, &log);
-                });
-            }
-        });
-        *self.accept.lock().unwrap() = Some(t);
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    pub fn mode(&self) -> Mode {
-        *self.mode.lock().unwrap()
-    }
-
-    /// Switch how the fake answers; `Refusing` closes the port, leaving it reopens it.
-    pub fn set_mode(&self, m: Mode) {
-        let was = std::mem::replace(&mut *self.mode.lock().unwrap(), m);
-        match (was == Mode::Refusing, m == Mode::Refusing) {
-            (false, true) => {
-                self.stop.store(true, Ordering::SeqCst);
-                // Wake the accept loop so it sees the flag and drops the listener.
-                let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2));
-                if let Some(t) = self.accept.lock().unwrap().take() {
-                    t.join().unwrap();
-                }
-            }
-            (true, false) => {
-                let mut tries = 0;
-                let listener = loop {
-                    match TcpListener::bind(self.addr) {
-                        Ok(l) => break l,
-                        Err(e) if tries < 100 => {
-                            tries += 1;
-                            let _ = e;
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                        Err(e) => panic!("cannot listen on {} again: {e}", self.addr),
-                    }
-                };
-                self.serve(listener);
-            }
-            _ => {}
-        }
-    }
-
-    pub fn requests(&self) -> Vec<Request> {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.mode() != Mode::Refusing {
-            self.set_mode(Mode::Refusing);
-        }
-    }
-}
-
-fn handle(
-    conn: TcpStream,
-    mode: &Mutex<Mode>,
-    handler: &Handler,
-    log: &Mutex<Vec<Request>>,
-) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut reader = BufReader::new(conn.try_clone()?);
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Ok(());
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 {
-            break;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let len = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len.min(4 << 20)];
-    reader.read_exact(&mut body)?;
-    let req = Request {
-        method,
-        path,
-        headers,
-        body,
-    };
-    let (status, answer) = if *mode.lock().unwrap() == Mode::Unavailable {
-        (503, json!({"error": "unavailable"}))
-    } else {
-        log.lock().unwrap().push(req.clone());
-        handler(&req)
-    };
-    let body = if answer.is_null() {
-        String::new()
-    } else {
-        answer.to_string()
-    };
-    let reason = match status {
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        409 => "Conflict",
-        503 => "Service Unavailable",
-        _ => "Status",
-    };
-    let mut out = conn;
-    write!(
-        out,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    out.flush()
-}
+// ------------------------------------------------------------------------------ routing
 
 fn segments(route: &str) -> Vec<&str> {
     route.trim_matches('/').split('/').collect()
@@ -267,7 +49,6 @@ pub struct PlaneState {
 
 #[derive(Debug, Clone)]
 pub struct PlaneComment {
-    pub id: String,
     pub html: String,
     pub external_id: Option<String>,
 }
@@ -414,7 +195,6 @@ impl Plane {
                     };
                     let id = format!("comment-{n}");
                     issue.comments.push(PlaneComment {
-                        id: id.clone(),
                         html: body["comment_html"]
                             .as_str()
                             .unwrap_or_default()
@@ -428,7 +208,7 @@ impl Plane {
             }
         };
         Plane {
-            server: Server::start(Arc::new(handler)),
+            server: Server::json(handler),
             data,
         }
     }
@@ -531,23 +311,6 @@ pub struct Gitea {
     pub data: Arc<Mutex<GiteaData>>,
 }
 
-fn git_head(remote: &PathBuf, branch: &str) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(remote)
-        .args([
-            "rev-parse",
-            "--verify",
-            "-q",
-            &format!("refs/heads/{branch}"),
-        ])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 impl Gitea {
     /// A fake Gitea that requires `Authorization: token <token>` for writes.
     pub fn start(token: &str) -> Gitea {
@@ -570,7 +333,11 @@ impl Gitea {
                     let git_ref = decode(&tail[..tail.len() - 1].join("/"));
                     let sha = match d.branches.get(&(repo.clone(), git_ref.clone())) {
                         Some(s) => s.clone(),
-                        None => match d.remotes.get(&repo).and_then(|p| git_head(p, &git_ref)) {
+                        None => match d
+                            .remotes
+                            .get(&repo)
+                            .and_then(|p| super::branch_head(p, &git_ref))
+                        {
                             Some(s) => s,
                             None if git_ref.len() == 40 => git_ref.clone(),
                             None => return (404, json!({"message": "ref not found"})),
@@ -661,7 +428,7 @@ impl Gitea {
             }
         };
         Gitea {
-            server: Server::start(Arc::new(handler)),
+            server: Server::json(handler),
             data,
         }
     }
@@ -745,7 +512,7 @@ impl Telegram {
             (200, json!({"ok": true, "result": {"message_id": m.len()}}))
         };
         Telegram {
-            server: Server::start(Arc::new(handler)),
+            server: Server::json(handler),
             messages,
         }
     }
@@ -756,9 +523,5 @@ impl Telegram {
 
     pub fn url(&self) -> String {
         self.server.url()
-    }
-
-    pub fn set_mode(&self, m: Mode) {
-        self.server.set_mode(m)
     }
 }

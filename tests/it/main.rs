@@ -1,0 +1,22 @@
+//! The integration tests of `orch`, one test binary: each module below was a test binary of its
+//! own, and `support` holds what they share (the temp world, the fake HTTP services, waiting,
+//! processes). One binary links once instead of fifteen times.
+
+mod support;
+
+mod concurrency;
+mod doctor;
+mod ingest;
+mod ingest_corpus;
+mod input;
+mod leases;
+mod outbox;
+mod queue;
+mod runners;
+mod scheduler;
+mod serve;
+mod smoke;
+mod stub_agent;
+mod systemd;
+mod tidy;
+mod walkthrough;
