@@ -7,7 +7,7 @@ use crate::cli::JobCmd;
 use crate::ctx::Ctx;
 use crate::domain::ids::JobId;
 use crate::error::Code;
-use crate::ops::job::AttemptOutcome;
+use crate::ops::attempt::AttemptOutcome;
 use crate::output;
 
 #[derive(Serialize)]

@@ -363,3 +363,15 @@ pub fn tracker_ref(c: &Connection, id: TaskId) -> Result<Option<String>> {
             .flatten(),
     )
 }
+
+/// An active task (not `done`, not `cancelled`) working on `branch`, if any: a branch delete
+/// queued by an earlier cancel must leave it alone.
+pub fn active_on_branch(c: &Connection, branch: &str) -> Result<Option<String>> {
+    Ok(c.query_row(
+        "SELECT work_item FROM tasks WHERE branch = ?1 AND stage NOT IN ('done', 'cancelled') \
+         ORDER BY id DESC LIMIT 1",
+        [branch],
+        |r| r.get(0),
+    )
+    .optional()?)
+}

@@ -2,7 +2,9 @@
 //! decision through `db` and `ext`. Commands call one use-case; use-cases never print.
 
 pub mod advance;
+pub mod agent;
 pub mod apply;
+pub mod attempt;
 pub mod claim;
 pub mod demo;
 pub mod doctor;

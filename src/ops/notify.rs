@@ -379,12 +379,10 @@ pub fn alert_html(task: Option<&TaskRow>, text: &str) -> String {
 /// Cancel cascade (design §3.6): queue the delete of the task's remote feature branch, through
 /// the forge API when a Gitea forge is configured, else with `git push --delete`. Never a main
 /// branch. Called inside the cancel's write transaction.
-/// `sha`: where the remote branch was when the task was cancelled; `None` when it was never
-/// pushed (nothing to delete).
+/// `sha`: where the remote branch was when the task was cancelled, when known; the delete
+/// then happens only while it still points there. Either way it is skipped when a task works
+/// on the branch again by the time it is delivered.
 pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow, sha: Option<&str>) -> Result<()> {
-    let Some(sha) = sha else {
-        return Ok(());
-    };
     let Some(repo) = ctx.config.repo(&task.repo) else {
         return Ok(());
     };
@@ -416,7 +414,7 @@ pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow, sha: Option<&str>) 
         repo: repo_id,
         branch: task.branch.clone(),
         main: repo.main.clone(),
-        sha: Some(sha.to_string()),
+        sha: sha.map(str::to_string),
         work_item: task.work_item.clone(),
     };
     db::outbox::insert(

@@ -251,6 +251,9 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
         }
         notify::FORGE_DELETE_BRANCH => {
             let p: DeleteBranchPayload = payload(row)?;
+            if let Some(kept) = branch_in_use(ctx, &p)? {
+                return Ok(kept);
+            }
             let Some(forge) = ctx.config.gitea() else {
                 return Err(config_error(
                     "no `forge` block of kind `gitea` in the config".into(),
@@ -407,7 +410,19 @@ fn plane_state(ctx: &Ctx, http: &Http, p: &StatePayload) -> Result<String, CallE
     })
 }
 
+/// A task started again (same work item, same title) works on the branch a cancel queued for
+/// deletion: the delete is moot, whatever the branch points at now.
+fn branch_in_use(ctx: &Ctx, p: &DeleteBranchPayload) -> Result<Option<String>, CallError> {
+    let owner = db::tasks::active_on_branch(ctx.db.conn(), &p.branch)
+        .map_err(|e| config_error(format!("reading the tasks: {e:#}")))?;
+    Ok(owner.map(|wi| format!("branch `{}` kept: `{wi}` works on it again", p.branch)))
+}
+
 fn git_delete(ctx: &Ctx, p: &DeleteBranchPayload) -> Result<String, CallError> {
+    use crate::ext::git::BranchDelete;
+    if let Some(kept) = branch_in_use(ctx, p)? {
+        return Ok(kept);
+    }
     let Some(repo) = ctx.config.repo(&p.repo) else {
         return Err(CallError::Permanent(format!(
             "repo `{}` is not in the config",
@@ -429,8 +444,12 @@ fn git_delete(ctx: &Ctx, p: &DeleteBranchPayload) -> Result<String, CallError> {
         )));
     }
     match git.delete_remote_branch(&lock, &r, &p.branch, p.sha.as_deref()) {
-        Ok(Ok(())) => Ok(format!("deleted branch `{}`", p.branch)),
-        Ok(Err(why)) => Ok(format!("branch `{}` not deleted: {why}", p.branch)),
+        Ok(BranchDelete::Deleted) => Ok(format!("deleted branch `{}`", p.branch)),
+        Ok(BranchDelete::AlreadyGone) => Ok(format!("branch `{}` was already gone", p.branch)),
+        Ok(BranchDelete::Moved) => Ok(format!(
+            "branch `{}` moved since the cancel; kept",
+            p.branch
+        )),
         Err(e) => Err(transient(e)),
     }
 }

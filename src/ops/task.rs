@@ -372,13 +372,20 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
     // Where the remote branch is now: its delete (through the outbox, later) happens only while
     // it still points there, so a task started again with this id keeps its new branch.
     let sha = match ctx.config.repo(&task.repo) {
-        Some(repo) => ctx
-            .git()
-            .remote_branch_head(&repo.git_ref(), &task.branch)
-            .unwrap_or_else(|e| {
-                warn!(work_item = %task.work_item, "cannot read the branch head: {e:#}");
-                None
-            }),
+        Some(repo) => {
+            let git = ctx.git();
+            // Asked of the remote; without network, what the clone last saw (our own pushes
+            // move it too).
+            git.remote_branch_sha(&repo.git_ref(), &task.branch)
+                .or_else(|e| {
+                    warn!(work_item = %task.work_item, "cannot ask the remote for the branch head: {e:#}");
+                    git.remote_branch_head(&repo.git_ref(), &task.branch)
+                })
+                .unwrap_or_else(|e| {
+                    warn!(work_item = %task.work_item, "cannot read the branch head: {e:#}");
+                    None
+                })
+        }
         None => None,
     };
     ctx.write(|ctx, tx| {

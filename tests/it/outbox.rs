@@ -577,6 +577,55 @@ fn cancel_deletes_the_remote_branch_once_through_the_forge_never_main() {
     assert_no_secret(&[&r.stdout, &r.stderr, &row]);
 }
 
+/// Cancel deleted the branch by name, later, through the outbox: a task started again with the
+/// same id and title gets the same branch, which the delayed delete then removed.
+#[test]
+fn a_delayed_branch_delete_spares_a_task_started_again_on_that_branch() {
+    let gitea = Gitea::start(GITEA_TOKEN);
+    let w = Env::new(Setup {
+        gitea: Some(&gitea),
+        repo_extra: "forge_repo: team/shop",
+        ..Setup::default()
+    });
+    let wi = w.add_task("shop", "Same title");
+    let branch = w.branch_of(&wi);
+    gitea.add_branch(
+        "team/shop",
+        &branch,
+        "2222222222222222222222222222222222222222",
+    );
+    gitea.set_mode(Mode::Unavailable);
+    w.run(&["cancel", &wi], 0);
+    assert_eq!(gitea.deletes(), Vec::<(String, String)>::new());
+    // Started again: the same id and title give the same branch, pushed anew.
+    let again = w.run(
+        &[
+            "task",
+            "add",
+            "--repo",
+            "shop",
+            "--title",
+            "Same title",
+            "--work-item",
+            &wi,
+            "--json",
+        ],
+        0,
+    );
+    assert_eq!(again.json()["branch"], branch.as_str());
+    gitea.add_branch(
+        "team/shop",
+        &branch,
+        "3333333333333333333333333333333333333333",
+    );
+    gitea.set_mode(Mode::Up);
+    w.sql("UPDATE outbox SET next_attempt_at = 0 WHERE status = 'pending'");
+    w.tick();
+    assert_eq!(gitea.deletes(), Vec::<(String, String)>::new());
+    let row = w.sql("SELECT status, result FROM outbox WHERE kind = 'forge.delete_branch'");
+    assert!(row.starts_with("done|") && row.contains("kept"), "{row}");
+}
+
 #[test]
 fn cancel_deletes_the_remote_branch_with_git_when_there_is_no_forge() {
     let w = Env::new(Setup::default());

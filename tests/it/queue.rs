@@ -340,7 +340,14 @@ fn a_dependency_cycle_and_an_unknown_dependency_are_refused() {
 fn delayed_and_concurrency_and_breaker_reasons() {
     let w = World::new();
     w.add("First", &[]);
+    // The running jobs below belong to another task: one of SHOP-1 itself would make it
+    // `task-busy` (see `one_task_never_runs_two_jobs`).
+    w.add("Other", &[]);
     let tid = w.task_id("SHOP-1");
+    let other = w.task_id("SHOP-2");
+    w.sql(&format!(
+        "UPDATE jobs SET status = 'cancelled' WHERE task_id = {other} AND status = 'queued'"
+    ));
     let jid = job(&w.queue(), "SHOP-1")["job_id"].as_i64().unwrap();
     let t = now();
 
@@ -363,7 +370,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
     let insert_running = || {
         w.sql(&format!(
             "INSERT INTO jobs (task_id, role, stage, repo, status, attempts, available_at, \
-             created_at, started_at) VALUES ({tid}, 'developer', 'development', 'shop', \
+             created_at, started_at) VALUES ({other}, 'developer', 'development', 'shop', \
              'running', 1, {t}, {t}, {t})"
         ));
     };
@@ -379,7 +386,7 @@ fn delayed_and_concurrency_and_breaker_reasons() {
     assert_eq!(q["counts"]["running"], 2);
     assert_eq!(q["counts"]["queued"], 1);
     assert_eq!(q["running"].as_array().unwrap().len(), 2, "{q:#}");
-    assert_eq!(q["running"][0]["work_item"], "SHOP-1");
+    assert_eq!(q["running"][0]["work_item"], "SHOP-2");
 
     // breaker (reported before concurrency)
     w.sql(&format!(
@@ -540,4 +547,40 @@ fn queue_and_why_say_who_paused_a_task_and_when() {
         detail.contains("alice"),
         "`orch queue` must say who paused the task (SPEC §3.7), as it does for a freeze: {detail}"
     );
+}
+
+/// With `ci.mode: status` a webhook advanced a task while its developer still ran, and the next
+/// tick started the reviewer in the same worktree. One task never has two running jobs: a
+/// queued job of a task whose other job runs waits as `task-busy`, naming that job.
+#[test]
+fn one_task_never_runs_two_jobs() {
+    let w = World::new();
+    w.add("First", &[]);
+    let tid = w.task_id("SHOP-1");
+    let t = now();
+    w.sql(&format!(
+        "INSERT INTO jobs (task_id, role, stage, repo, status, attempts, available_at, \
+         created_at, started_at) VALUES ({tid}, 'analyst', 'analysis', 'shop', 'running', 1, \
+         {t}, {t}, {t})"
+    ));
+    let running = w.sql(&format!(
+        "SELECT id FROM jobs WHERE task_id = {tid} AND status = 'running'"
+    ));
+    let q = w.queue();
+    assert_eq!(
+        blocked_by(&q, "SHOP-1"),
+        Some((
+            "task-busy".to_string(),
+            format!("SHOP-1 is already running job {running}")
+        )),
+        "{q:#}"
+    );
+    let why = w.orch(&["why", "SHOP-1"]);
+    assert!(
+        why.stdout.contains("task-busy") || why.stdout.contains("already running job"),
+        "{why:?}"
+    );
+    // The claim agrees: a tick launches nothing for it.
+    let plan = w.orch(&["tick", "--plan"]);
+    assert!(!plan.stdout.contains("launch job"), "{plan:?}");
 }

@@ -563,6 +563,51 @@ fn violations(files: &[Source]) -> Vec<String> {
     out
 }
 
+/// Every failpoint `orch debug failpoints` lists is reached somewhere, and every place that
+/// hits one names a listed point: the kill matrix arms each name and relies on both.
+#[test]
+fn every_failpoint_is_listed_and_placed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = read_tree(&root);
+    let listed: BTreeSet<String> = files
+        .iter()
+        .find(|f| f.rel == "ext/failpoint.rs")
+        .expect("ext/failpoint.rs")
+        .strings
+        .iter()
+        .filter(|s| {
+            s.contains('.')
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b'.' || b == b'-')
+        })
+        .cloned()
+        .collect();
+    assert!(listed.len() >= 25, "{listed:?}");
+    let mut placed = BTreeSet::new();
+    for f in files.iter().filter(|f| f.rel != "ext/failpoint.rs") {
+        let text = std::fs::read_to_string(root.join(&f.rel)).unwrap();
+        for (i, _) in text.match_indices("failpoint::hit(\"") {
+            let rest = &text[i + "failpoint::hit(\"".len()..];
+            placed.insert(rest[..rest.find('"').unwrap()].to_string());
+        }
+        // `worktree::record_group(ctx, job, attempt, "<point>")` hits its point on start.
+        for (i, _) in text.match_indices("record_group(") {
+            let rest = &text[i..];
+            let call = &rest[..rest.find(')').unwrap_or(rest.len())];
+            if let Some(q) = call.find('"') {
+                let name = &call[q + 1..];
+                if let Some(end) = name.find('"') {
+                    placed.insert(name[..end].to_string());
+                }
+            }
+        }
+    }
+    let unplaced: Vec<_> = listed.difference(&placed).collect();
+    let unlisted: Vec<_> = placed.difference(&listed).collect();
+    assert!(unplaced.is_empty(), "listed but never hit: {unplaced:?}");
+    assert!(unlisted.is_empty(), "hit but not listed: {unlisted:?}");
+}
+
 #[test]
 fn the_source_tree_keeps_its_boundaries() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

@@ -55,7 +55,6 @@ use crate::ext::proc::Cmd;
 mod clone;
 mod read;
 
-pub use read::{MAX_FILE, Refused};
 mod remote;
 mod write;
 
@@ -90,6 +89,31 @@ const SCRUBBED_ENV: &[&str] = &[
     "GIT_COMMITTER_NAME",
     "GIT_COMMITTER_EMAIL",
 ];
+
+/// The largest artifact a gate reads (design §3.2); past it the file is refused.
+pub const MAX_FILE: usize = 1 << 20;
+
+/// A file the gate will not read: not a regular file, or too large. Its text completes
+/// "`<file>` …" in a "not satisfied" reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// What `delete_remote_branch` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BranchDelete {
+    Deleted,
+    AlreadyGone,
+    /// The branch no longer pointed at the expected commit: kept.
+    Moved,
+}
 
 /// A repository as configured: `name` already validated against
 /// `^[a-z0-9][a-z0-9._-]{0,63}$`, `main` a valid branch name. Both are

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Blob, Git, RepoLock, RepoRef, Source, check_branch, check_repo, check_wi, exists, rel_parts,
-    remote_ref, rev_arg,
+    Blob, Git, MAX_FILE, Refused, RepoLock, RepoRef, Source, check_branch, check_repo, check_wi,
+    exists, rel_parts, remote_ref, rev_arg,
 };
 
 impl Git {
@@ -409,22 +409,6 @@ struct Object {
     size: usize,
     content: Vec<u8>,
 }
-
-/// The largest artifact a gate reads (design §3.2); past it the file is refused.
-pub const MAX_FILE: usize = 1 << 20;
-
-/// A file the gate will not read: not a regular file, or too large. Its text completes
-/// "`<file>` …" in a "not satisfied" reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused(pub String);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refused {}
 
 impl Git {
     /// The commit `rev` names in the repo at `dir`, `None` if it names none.

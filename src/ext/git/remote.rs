@@ -7,7 +7,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Git, RepoLock, RepoRef, check_branch, check_repo, rel_parts, valid_remote};
+use super::{
+    BranchDelete, Git, RepoLock, RepoRef, check_branch, check_repo, rel_parts, valid_remote,
+};
 use crate::domain::names::valid_ref_name;
 use crate::ext::proc::{Cmd, Output};
 
@@ -63,14 +65,14 @@ impl Git {
     /// Delete `branch` on the remote (never a main branch). With `expect`, only while it still
     /// points at that commit (`--force-with-lease`): a branch pushed again since — a task
     /// started anew with the same id — is kept. `Ok(false)`: there was nothing to delete, or
-    /// it moved (see the returned text).
+    /// it moved.
     pub fn delete_remote_branch(
         &self,
         lock: &RepoLock,
         repo: &RepoRef<'_>,
         branch: &str,
         expect: Option<&str>,
-    ) -> Result<Result<(), String>> {
+    ) -> Result<BranchDelete> {
         self.check(lock, repo)?;
         check_branch(branch)?;
         if branch == "main" || branch == "master" || branch == repo.main {
@@ -80,7 +82,7 @@ impl Git {
             );
         }
         if !self.branch_exists_remote(repo, branch)? {
-            return Ok(Err("already gone".into()));
+            return Ok(BranchDelete::AlreadyGone);
         }
         let clone = self.require_clone(repo)?;
         let mut cmd = self
@@ -95,14 +97,31 @@ impl Git {
         let cmd = cmd.arg("origin").arg(format!(":refs/heads/{branch}"));
         let out = cmd.output()?;
         if out.success() {
-            return Ok(Ok(()));
+            return Ok(BranchDelete::Deleted);
         }
         // The lease did not hold: the remote branch moved since `expect` was recorded.
         if expect.is_some() && out.stdout_text().contains("stale info") {
-            return Ok(Err("it moved since the cancel; kept".into()));
+            return Ok(BranchDelete::Moved);
         }
         Err(cmd.failure(&out))
             .with_context(|| format!("deleting {branch} of repo {} on its remote", repo.name))
+    }
+
+    /// The commit `branch` points at on the remote now (`git ls-remote`), `None` when the remote
+    /// has no such branch.
+    pub fn remote_branch_sha(&self, repo: &RepoRef<'_>, branch: &str) -> Result<Option<String>> {
+        check_repo(repo)?;
+        check_branch(branch)?;
+        let want = format!("refs/heads/{branch}");
+        let cmd = self
+            .git_in(&self.repos_dir)
+            .args(["ls-remote", "--", repo.remote])
+            .arg(&want);
+        let out = cmd.checked()?;
+        Ok(out.stdout_text().lines().find_map(|l| {
+            let (sha, name) = l.split_once('\t')?;
+            (name == want).then(|| sha.to_string())
+        }))
     }
 
     /// The commit the clone last saw `branch` at on the remote (its remote-tracking ref, also

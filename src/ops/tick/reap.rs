@@ -18,7 +18,7 @@ use crate::domain::liveness::Liveness;
 use crate::domain::stage::JobStatus;
 use crate::ext::{failpoint, sys};
 use crate::ops::advance::{self, Request};
-use crate::ops::job::{self, AttemptOutcome};
+use crate::ops::attempt::{self, AttemptOutcome};
 
 /// A running job whose supervisor was never recorded gets this long to record itself.
 pub const LAUNCH_GRACE_S: i64 = 60;
@@ -112,7 +112,7 @@ fn reap_one(ctx: &Ctx, plan: bool, j: &JobRow) -> Result<Option<String>> {
             done
         }
         Verdict::Dead(_) | Verdict::Overdue(_) => {
-            job::retry_or_fail(ctx, j, j.attempts, &task, &format!("reaped: {why}"))?
+            attempt::retry_or_fail(ctx, j, j.attempts, &task, &format!("reaped: {why}"))?
                 != AttemptOutcome::Stale
         }
     };

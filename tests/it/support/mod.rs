@@ -6,6 +6,7 @@ pub mod fake_http;
 pub mod fakes;
 pub mod lanes;
 pub mod procs;
+pub mod sched;
 pub mod webhooks;
 mod world;
 
@@ -36,7 +37,7 @@ pub fn stub_agent() -> PathBuf {
 }
 
 /// Every knob the stub agent understands; none may leak in from the environment of the tests.
-pub const STUB_KNOBS: [&str; 9] = [
+pub const STUB_KNOBS: [&str; 10] = [
     "STUB_SLEEP",
     "STUB_REQUEST_CHANGES_FIRST",
     "STUB_TEST_FAIL_FIRST",
@@ -44,6 +45,7 @@ pub const STUB_KNOBS: [&str; 9] = [
     "STUB_HANG",
     "STUB_LINGER",
     "STUB_USAGE_LIMIT",
+    "STUB_NOTHING_FIRST",
     "STUB_RUN_LOG",
     "STUB_STATE_DIR",
 ];

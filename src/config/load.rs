@@ -1,0 +1,174 @@
+//! Finding and loading `orch.yaml`: `--config`, `$ORCH_CONFIG`, `./orch.yaml`,
+//! `/etc/orch/orch.yaml`; `ORCH_*` overrides; relative paths resolved against the file; then
+//! `validate`. Errors name the key and the file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use super::types::*;
+use super::validate::validate;
+use crate::error::usage;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: Option<PathBuf>,
+    repos_dir: Option<PathBuf>,
+    max_concurrency: Option<u32>,
+    max_developer_retries: Option<u32>,
+    #[serde(default)]
+    agent: AgentCfg,
+    #[serde(default)]
+    repos: Vec<RepoCfg>,
+    tracker: Option<ServiceCfg>,
+    forge: Option<ServiceCfg>,
+    chat: Option<ServiceCfg>,
+    #[serde(default)]
+    sandbox: SandboxCfg,
+    #[serde(default)]
+    scheduler: SchedulerCfg,
+    #[serde(default)]
+    git: GitCfg,
+}
+
+impl Config {
+    /// The config with no file at all: used by commands that must work before `orch init`.
+    pub fn empty(state_dir: Option<PathBuf>) -> Result<Config> {
+        let raw: RawConfig = serde_yaml::from_str("{}").context("building the empty config")?;
+        finish(raw, None, state_dir)
+    }
+}
+
+/// Which file to read: `--config`, `$ORCH_CONFIG`, `./orch.yaml`, `/etc/orch/orch.yaml`.
+pub fn locate(flag: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("ORCH_CONFIG").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    ["orch.yaml", "/etc/orch/orch.yaml"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// Load and validate. `state_dir_flag` (from `--state-dir`) wins over `ORCH_STATE_DIR`, which
+/// wins over the file.
+pub fn load(path: &Path, state_dir_flag: Option<PathBuf>) -> Result<Config> {
+    let text = std::fs::read(path).map_err(|e| {
+        usage(format!(
+            "cannot read config `{}`: {e}; `orch init` writes a starter config",
+            path.display()
+        ))
+    })?;
+    let raw: RawConfig = serde_yaml::from_slice(&text).map_err(|e| {
+        usage(format!(
+            "invalid config `{}`: {}",
+            path.display(),
+            first_line(&e.to_string())
+        ))
+    })?;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    finish(raw, Some(abs), state_dir_flag)
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+fn env_override<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .parse::<T>()
+            .map(Some)
+            .map_err(|_| usage(format!("invalid environment variable `{name}`: `{v}`"))),
+        _ => Ok(None),
+    }
+}
+
+fn finish(
+    raw: RawConfig,
+    file: Option<PathBuf>,
+    state_dir_flag: Option<PathBuf>,
+) -> Result<Config> {
+    let base = file
+        .as_ref()
+        .and_then(|f| f.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
+    let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    let env_path = |n: &str| {
+        std::env::var_os(n)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+
+    // Paths from the command line or the environment are relative to the current directory;
+    // paths in the file are relative to the file.
+    let cwd_abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    let state_dir = state_dir_flag
+        .or_else(|| env_path("ORCH_STATE_DIR"))
+        .map(cwd_abs)
+        .or_else(|| raw.state_dir.map(resolve))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/orch"));
+    let repos_dir = env_path("ORCH_REPOS_DIR")
+        .map(cwd_abs)
+        .or_else(|| raw.repos_dir.map(resolve))
+        .unwrap_or_else(|| state_dir.join("repos"));
+    let max_concurrency = env_override("ORCH_MAX_CONCURRENCY")?
+        .or(raw.max_concurrency)
+        .unwrap_or(2);
+    let max_developer_retries = env_override("ORCH_MAX_DEVELOPER_RETRIES")?
+        .or(raw.max_developer_retries)
+        .unwrap_or(3);
+    let mut agent = raw.agent;
+    if let Some(p) = agent.prompts_dir.take() {
+        agent.prompts_dir = Some(resolve(p));
+    }
+
+    // A remote that is a local path is made absolute too, so clones and worktrees (whose cwd
+    // differs) reach it; URLs (`scheme://…`, `user@host:path`) are left alone.
+    let mut repos = raw.repos;
+    for r in &mut repos {
+        if is_local_path(&r.remote) && !Path::new(&r.remote).is_absolute() {
+            r.remote = resolve(PathBuf::from(&r.remote)).display().to_string();
+        }
+    }
+
+    let cfg = Config {
+        file,
+        state_dir,
+        repos_dir,
+        max_concurrency,
+        max_developer_retries,
+        agent,
+        repos,
+        tracker: raw.tracker,
+        forge: raw.forge,
+        chat: raw.chat,
+        sandbox: raw.sandbox,
+        scheduler: raw.scheduler,
+        git: raw.git,
+    };
+    validate(&cfg)?;
+    Ok(cfg)
+}
+
+/// A git remote that names a local path rather than a URL.
+pub(super) fn is_local_path(remote: &str) -> bool {
+    if remote.contains("://") {
+        return false;
+    }
+    // scp-like `host:path` has a colon before any slash.
+    match (remote.find(':'), remote.find('/')) {
+        (Some(c), Some(s)) => c > s,
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
+}
+
+/// The commented starter config written by `orch init`.
+pub const STARTER: &str = include_str!("../starter.yaml");

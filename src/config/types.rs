@@ -1,0 +1,398 @@
+//! The types of `orch.yaml` with their defaults, and the accessors every use-case shares
+//! (`Config::{plane, gitea, telegram, secret_env_names}`, `RepoCfg::{contracts, git_ref,
+//! forge}`). Parsing and validating are `load`'s and `validate`'s.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::domain::gate::Contracts;
+use crate::ext::git::RepoRef;
+use crate::ext::gitea::ForgeRepo;
+
+/// Where the config came from and what it says, with defaults applied and paths made absolute.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub file: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub repos_dir: PathBuf,
+    pub max_concurrency: u32,
+    pub max_developer_retries: u32,
+    pub agent: AgentCfg,
+    pub repos: Vec<RepoCfg>,
+    pub tracker: Option<ServiceCfg>,
+    pub forge: Option<ServiceCfg>,
+    pub chat: Option<ServiceCfg>,
+    pub sandbox: SandboxCfg,
+    pub scheduler: SchedulerCfg,
+    pub git: GitCfg,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentCfg {
+    #[serde(default = "default_agent_argv")]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleCfg>,
+    pub prompts_dir: Option<PathBuf>,
+    #[serde(default = "default_env_deny")]
+    pub env_deny: Vec<String>,
+    #[serde(default = "default_inactivity")]
+    pub inactivity_timeout_s: u64,
+    #[serde(default = "default_usage_backoff")]
+    pub usage_limit_backoff_s: u64,
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+}
+
+impl Default for AgentCfg {
+    fn default() -> Self {
+        AgentCfg {
+            argv: default_agent_argv(),
+            roles: BTreeMap::new(),
+            prompts_dir: None,
+            env_deny: default_env_deny(),
+            inactivity_timeout_s: default_inactivity(),
+            usage_limit_backoff_s: default_usage_backoff(),
+            max_attempts: default_max_attempts(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleCfg {
+    pub model: Option<String>,
+    pub effort: Option<String>,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoCfg {
+    pub name: String,
+    pub remote: String,
+    #[serde(default = "default_main")]
+    pub main: String,
+    pub prefix: String,
+    #[serde(default = "yes")]
+    pub serial_gate: bool,
+    #[serde(default)]
+    pub ci: CiCfg,
+    pub tests: Option<TestsCfg>,
+    pub staging: Option<StagingCfg>,
+    pub deploy: Option<DeployCfg>,
+    pub plane_project: Option<String>,
+    /// `owner/name` of the repo on the forge (default: read from `remote`).
+    #[serde(default)]
+    pub forge_repo: Option<String>,
+    /// Labels every task of this repo carries (for example `auto-approve` in a sandbox repo).
+    #[serde(default)]
+    pub default_labels: Vec<String>,
+    #[serde(default)]
+    pub agent: BTreeMap<String, RoleCfg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CiMode {
+    #[default]
+    None,
+    Status,
+    Command,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CiCfg {
+    #[serde(default)]
+    pub mode: CiMode,
+    #[serde(default)]
+    pub argv: Vec<String>,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestsCfg {
+    pub argv: Vec<String>,
+    #[serde(default = "default_tests_timeout")]
+    pub timeout_s: u64,
+    #[serde(default)]
+    pub smoke: Vec<SmokeCfg>,
+    #[serde(default)]
+    pub env_markers: Vec<String>,
+    #[serde(default = "default_infra_delay")]
+    pub infra_retry_delay_s: u64,
+    #[serde(default = "default_infra_retries")]
+    pub infra_max_retries: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmokeCfg {
+    pub url: String,
+    #[serde(default = "default_status")]
+    pub status: u16,
+    pub contains: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagingCfg {
+    pub argv: Vec<String>,
+    #[serde(default = "default_staging_timeout")]
+    pub timeout_s: u64,
+    pub ssh: Option<SshCfg>,
+    #[serde(default)]
+    pub env_markers: Vec<String>,
+    #[serde(default = "default_infra_delay")]
+    pub infra_retry_delay_s: u64,
+    #[serde(default = "default_infra_retries")]
+    pub infra_max_retries: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshCfg {
+    pub user: String,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeployMode {
+    #[default]
+    None,
+    Agent,
+    Hook,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployCfg {
+    #[serde(default)]
+    pub mode: DeployMode,
+    #[serde(default = "yes")]
+    pub require_confirm: bool,
+    #[serde(default)]
+    pub argv: Vec<String>,
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceCfg {
+    pub kind: String,
+    pub base_url: Option<String>,
+    pub workspace: Option<String>,
+    pub token_env: Option<String>,
+    pub webhook_secret_env: Option<String>,
+    #[serde(default)]
+    pub allow_unsigned: bool,
+    pub chat_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxCfg {
+    #[serde(default)]
+    pub allowed_projects: Vec<String>,
+}
+
+/// Timings of the scheduler (design §4.3, §4.4).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerCfg {
+    #[serde(default = "default_reaper_max")]
+    pub reaper_max_running_s: u64,
+    #[serde(default = "default_grace")]
+    pub reconcile_grace_s: u64,
+    /// Base of the retry backoff of a failed attempt: `min(base · 2^(n−1), 1 h)`.
+    #[serde(default = "default_retry_backoff")]
+    pub retry_backoff_s: u64,
+    /// A task that sits in one stage longer than this (not paused, held or blocked: those
+    /// alerted already) raises one alert per visit. 0 turns the alert off.
+    #[serde(default = "default_stage_alert")]
+    pub stage_alert_after_s: u64,
+}
+
+impl Default for SchedulerCfg {
+    fn default() -> Self {
+        SchedulerCfg {
+            reaper_max_running_s: default_reaper_max(),
+            reconcile_grace_s: default_grace(),
+            retry_backoff_s: default_retry_backoff(),
+            stage_alert_after_s: default_stage_alert(),
+        }
+    }
+}
+
+/// Bounds on orch's own git commands (design §3.2): one stalled fetch must not hold a repo's
+/// lock, and every supervisor of that repo, for hours.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitCfg {
+    /// Every git command is killed (with what it started) after this long.
+    #[serde(default = "default_git_timeout")]
+    pub timeout_s: u64,
+    /// How long to wait for a repo's lock before giving up (the work is deferred, exit 4).
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout_s: u64,
+}
+
+impl Default for GitCfg {
+    fn default() -> Self {
+        GitCfg {
+            timeout_s: default_git_timeout(),
+            lock_timeout_s: default_lock_timeout(),
+        }
+    }
+}
+
+pub(super) fn default_stage_alert() -> u64 {
+    24 * 3600
+}
+pub(super) fn default_git_timeout() -> u64 {
+    300
+}
+pub(super) fn default_lock_timeout() -> u64 {
+    600
+}
+
+pub(super) fn default_agent_argv() -> Vec<String> {
+    [
+        "claude",
+        "--print",
+        "--output-format",
+        "json",
+        "--model",
+        "{model}",
+        "--system-prompt-file",
+        "{prompt_file}",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+pub(super) fn default_env_deny() -> Vec<String> {
+    ["*_TOKEN", "*_SECRET", "*_PASSWORD", "*_API_KEY"]
+        .map(String::from)
+        .to_vec()
+}
+pub(super) fn default_inactivity() -> u64 {
+    900
+}
+pub(super) fn default_usage_backoff() -> u64 {
+    3600
+}
+pub(super) fn default_max_attempts() -> u32 {
+    3
+}
+pub(super) fn default_main() -> String {
+    "main".into()
+}
+pub(super) fn yes() -> bool {
+    true
+}
+pub(super) fn default_tests_timeout() -> u64 {
+    900
+}
+pub(super) fn default_staging_timeout() -> u64 {
+    600
+}
+pub(super) fn default_infra_delay() -> u64 {
+    30
+}
+pub(super) fn default_infra_retries() -> u32 {
+    2
+}
+pub(super) fn default_status() -> u16 {
+    200
+}
+pub(super) fn default_reaper_max() -> u64 {
+    4 * 3600
+}
+pub(super) fn default_grace() -> u64 {
+    120
+}
+pub(super) fn default_retry_backoff() -> u64 {
+    60
+}
+
+impl Config {
+    pub fn repo(&self, name: &str) -> Option<&RepoCfg> {
+        self.repos.iter().find(|r| r.name == name)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.state_dir.join("orch.db")
+    }
+}
+
+impl Config {
+    /// The `tracker` block when it is Plane (the only tracker orch speaks).
+    pub fn plane(&self) -> Option<&ServiceCfg> {
+        self.tracker.as_ref().filter(|t| t.kind == "plane")
+    }
+
+    /// The `forge` block when it is Gitea with a base URL (a `git` forge has no API).
+    pub fn gitea(&self) -> Option<&ServiceCfg> {
+        self.forge
+            .as_ref()
+            .filter(|f| f.kind == "gitea" && f.base_url.is_some())
+    }
+
+    /// The `chat` block when it is Telegram.
+    pub fn telegram(&self) -> Option<&ServiceCfg> {
+        self.chat.as_ref().filter(|c| c.kind == "telegram")
+    }
+
+    /// Every variable named by a `*_env` key of the config (design §9): the secrets no child may
+    /// inherit.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        [&self.tracker, &self.forge, &self.chat]
+            .into_iter()
+            .flatten()
+            .flat_map(|s| [s.token_env.clone(), s.webhook_secret_env.clone()])
+            .flatten()
+            .collect()
+    }
+}
+
+impl RepoCfg {
+    /// The contracts that make a stage applicable to this repo (`domain::gate`).
+    pub fn contracts(&self) -> Contracts {
+        Contracts {
+            staging: self.staging.is_some(),
+            deploy: self.deploy_mode() != DeployMode::None,
+            merge: false,
+        }
+    }
+
+    /// What `ext::git` needs to know of this repo.
+    pub fn git_ref(&self) -> RepoRef<'_> {
+        RepoRef {
+            name: &self.name,
+            remote: &self.remote,
+            main: &self.main,
+        }
+    }
+
+    /// The forge repository: `forge_repo` when set, else read from the remote URL.
+    pub fn forge(&self) -> Option<ForgeRepo> {
+        match self.forge_repo.as_deref() {
+            Some(s) => ForgeRepo::parse(s),
+            None => ForgeRepo::from_remote(&self.remote),
+        }
+    }
+
+    pub fn deploy_mode(&self) -> DeployMode {
+        self.deploy.as_ref().map(|d| d.mode).unwrap_or_default()
+    }
+
+    pub fn require_confirm(&self) -> bool {
+        self.deploy.as_ref().is_some_and(|d| d.require_confirm)
+    }
+}
