@@ -63,6 +63,10 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         }
     };
     init_logging(&cli.global);
+    // An interrupt while a child runs must stop the child's whole group first.
+    if let Err(e) = ext::proc::signals::install() {
+        tracing::warn!("{e:#}");
+    }
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code as u8),
         Err(err) => {

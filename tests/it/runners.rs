@@ -1400,3 +1400,102 @@ fn tick_runs_tester_and_deployer_jobs_through_the_runners_without_an_agent() {
         s["transitions"]
     );
 }
+
+// ------------------------------------------------------------------------------ crash safety
+
+/// A suite whose processes are all found by a marked `sleep` in their command lines.
+fn marked_hanging_suite(w: &World, name: &str) -> (String, String) {
+    let t = tmp(w);
+    let marker = format!("{t}/{name}-sleep");
+    std::os::unix::fs::symlink(
+        support::which("sleep").expect("sleep is installed"),
+        &marker,
+    )
+    .unwrap();
+    let argv = sh_argv(
+        w,
+        &format!("{name}.sh"),
+        &format!("echo started > '{t}/{name}.started'\n'{marker}' 60 &\n'{marker}' 60\n"),
+    );
+    (argv, marker)
+}
+
+/// SIGINT to a foreground `orch run-tests` used to orphan the suite: orch died, the suite ran
+/// on. Now the suite's whole group is killed first, then orch ends of the signal.
+#[test]
+fn sigint_to_run_tests_kills_the_suite_first() {
+    let w = World::new();
+    let (argv, marker) = marked_hanging_suite(&w, "int-suite");
+    configure(&w, &tests_block(&argv, 120, ""), "");
+    let wi = w.walk_to_testing("Interrupted");
+    let mut child = w
+        .orch_cmd(&["run-tests", &wi])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Path::new(&tmp(&w)).join("int-suite.started");
+    wait_until("the suite started", DEADLINE, || {
+        started.exists() && procs::with_cmdline(&marker).len() == 2
+    });
+    procs::signal(child.id() as i32, libc::SIGINT);
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    assert_none_survive(&marker);
+    // Nothing was decided: no report, the task still in testing.
+    assert_eq!(w.stage(&wi), "testing");
+}
+
+/// Suites and CI commands were not recorded as the job's process group: a SIGKILLed supervisor
+/// left its suite running, and the next attempt started a second suite in the same worktree.
+#[test]
+fn a_dead_supervisors_suite_is_killed_before_the_job_runs_again() {
+    let w = World::new();
+    let (argv, marker) = marked_hanging_suite(&w, "sup-suite");
+    configure(
+        &w,
+        &tests_block(&argv, 120, ""),
+        "scheduler:\n  reconcile_grace_s: 1\n  retry_backoff_s: 1\n",
+    );
+    let wi = w.walk_to_testing("Supervised suite");
+    let started = Path::new(&tmp(&w)).join("sup-suite.started");
+    let ok = poll(DEADLINE, Duration::from_millis(200), || {
+        assert_eq!(w.orch(&["tick"]).code, 0);
+        started.exists() && procs::with_cmdline(&marker).len() == 2
+    });
+    assert!(ok, "the suite never started: {:#}", w.show(&wi));
+    // The suite is the job's recorded group.
+    let row = w.sql(&format!(
+        "SELECT j.supervisor_pid, j.agent_pgid FROM jobs j JOIN tasks t ON t.id = j.task_id \
+         WHERE t.work_item = '{wi}' AND j.status = 'running'"
+    ));
+    let (sup, group) = row.split_once('|').expect("one running job");
+    let group: i32 = group.parse().expect("the suite's group is recorded");
+    assert!(
+        procs::with_cmdline(&marker)
+            .iter()
+            .all(|(p, _)| procs::stat(*p).is_some_and(|s| s.pgrp == group))
+    );
+    procs::kill(sup.parse().unwrap());
+    // The next tick reaps the job: the suite dies with its group, and only then runs again.
+    assert_eq!(w.orch(&["tick"]).code, 0);
+    assert!(
+        poll(Duration::from_secs(20), Duration::from_millis(50), || {
+            procs::with_cmdline(&marker).len() <= 2 && std::fs::read_to_string(&started).is_ok()
+        }),
+        "{:?}",
+        procs::with_cmdline(&marker)
+    );
+    // Never two suites at once in the worktree.
+    for _ in 0..10 {
+        assert_eq!(w.orch(&["tick"]).code, 0);
+        assert!(
+            procs::with_cmdline(&marker).len() <= 2,
+            "two suites run at once"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.orch(&["cancel", &wi]);
+    assert_none_survive(&marker);
+}

@@ -26,6 +26,7 @@
 mod cmd;
 mod detached;
 mod pipes;
+pub mod signals;
 mod supervised;
 
 pub use cmd::{Cmd, Output, TAIL_LINES, tail};

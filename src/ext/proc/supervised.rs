@@ -28,6 +28,7 @@ use super::cmd::quote;
 use super::pipes::{
     EndMarker, Event, LineScan, LogSink, Ring, Shared, feed, join_ring, lock, open_log, pump,
 };
+use super::signals;
 use crate::ext::sys;
 
 /// Default [`Spec::grace`]: from SIGTERM to SIGKILL of the group.
@@ -35,6 +36,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// Default [`Spec::linger_grace`]: how long a child may go on after printing its end marker.
 pub const DEFAULT_LINGER_GRACE: Duration = Duration::from_secs(5);
+
+/// How often a run watched for interrupts looks for one.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 
 /// How long the pipes are still read once the leader was reaped and its group killed. Only a
 /// process that left the group (`setsid`) can still hold them open then, and it must not hold us.
@@ -199,6 +203,10 @@ pub fn run_supervised(spec: Spec, on_start: impl FnOnce(&Started)) -> RunOutcome
     let kill = run.supervise();
     let outcome = run.finish(kill, began);
     tracing::debug!(%cmd, ending = ?outcome.ending, duration = ?outcome.duration, "supervised run ended");
+    if let Some(Kill::Interrupted(sig)) = kill {
+        // The group is gone; now the process ends as the signal asked.
+        signals::die_of(sig);
+    }
     outcome
 }
 
@@ -208,6 +216,8 @@ enum Kill {
     WallClock,
     Inactivity,
     Lingered,
+    /// This process got SIGINT, SIGTERM or SIGHUP (see `signals`).
+    Interrupted(i32),
 }
 
 /// A supervised child and its helper threads. Dropping it before the child was reaped (a panic in
@@ -400,6 +410,7 @@ impl Running {
     /// Waits for the leader to exit, terminating the group when a timeout passes or the child
     /// lingers after its end marker. Returns why `orch` terminated the group, if it did.
     fn supervise(&mut self) -> Option<Kill> {
+        let watch = signals::watch();
         let wall_deadline = self.spawned_at.checked_add(self.wall_timeout);
         let mut kill = None;
         let mut marker_seen = false;
@@ -420,7 +431,9 @@ impl Running {
             };
             if kill.is_none() {
                 let due = |d: Option<Instant>| d.is_some_and(|d| now >= d);
-                let reason = if marker_seen {
+                let reason = if let Some(sig) = watch.as_ref().and_then(|w| w.received()) {
+                    Some(Kill::Interrupted(sig))
+                } else if marker_seen {
                     due(linger_deadline).then_some(Kill::Lingered)
                 } else if due(wall_deadline) {
                     Some(Kill::WallClock)
@@ -441,7 +454,13 @@ impl Running {
                 signal_group(self.pgid, Signal::SIGKILL);
                 sigkill_at = None;
             }
-            let next = deadlines.into_iter().chain([sigkill_at]).flatten().min();
+            // With interrupts watched, wake at least every 100 ms to look for one.
+            let poll = watch.as_ref().and_then(|_| now.checked_add(INTERRUPT_POLL));
+            let next = deadlines
+                .into_iter()
+                .chain([sigkill_at, poll])
+                .flatten()
+                .min();
             let event = match next {
                 Some(t) => self.events.recv_timeout(t.saturating_duration_since(now)),
                 None => self
@@ -502,6 +521,8 @@ impl Running {
         let ending = match (kill, status) {
             (Some(Kill::WallClock), _) => Ending::TimedOut,
             (Some(Kill::Inactivity), _) => Ending::Inactive,
+            // The process ends right after (`run_supervised`); the ending is only logged.
+            (Some(Kill::Interrupted(sig)), _) => Ending::Signalled(sig),
             (Some(Kill::Lingered), status) => Ending::MarkedDone {
                 code: status.ok().and_then(|s| s.code()),
             },

@@ -73,6 +73,12 @@ pub fn with_cmdline(needle: &str) -> Vec<(i32, String)> {
         .collect()
 }
 
+/// `sig` to `pid`; whether the signal was sent.
+pub fn signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: plain kill(2); the tests only name processes they started.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
 /// SIGKILL to `pid` (negative: to the group `-pid`); whether the signal was sent.
 pub fn kill(pid: i32) -> bool {
     // SAFETY: plain kill(2); the tests only name processes (and groups) they started.
