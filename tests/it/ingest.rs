@@ -418,6 +418,84 @@ fn status(sha: &str, state: &str, description: &str) -> Vec<u8> {
     .unwrap()
 }
 
+/// With `ci.mode: status`, a `success` for the architect's docs-only head — arriving while the
+/// developer still worked — advanced `development → review`, and the developer's code was never
+/// reviewed. A status counts only for a head with code written during this visit.
+#[test]
+fn a_green_status_for_a_docs_only_head_does_not_skip_development() {
+    let w = world("");
+    let wi = "SHOP-21".to_string();
+    expect(
+        &plane(
+            &w,
+            "d-start",
+            &plane_issue(21, "To Analyse", "Docs first", &[]),
+        ),
+        0,
+        "processed",
+    );
+    w.push_analysis(&wi);
+    w.ok(&["approve", &wi], 0);
+    w.push_adr(&wi);
+    w.ok(&["advance", &wi], 0);
+    assert_eq!(w.stage(&wi), "development");
+    let branch = w.branch_of(&wi);
+    let docs_head = git(&w.remote, &["rev-parse", &format!("refs/heads/{branch}")]);
+    let v = expect(
+        &gitea(&w, "d-1", "status", &status(&docs_head, "success", "ok")),
+        0,
+        "processed",
+    );
+    assert_eq!(w.stage(&wi), "development", "{v:#}");
+    let r = w.orch(&["advance", &wi, "--json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(
+        r.json()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no commit outside"),
+        "{r:?}"
+    );
+    // Code pushed and its own success: now it passes.
+    w.push_code(&wi, "the feature");
+    let head = git(&w.remote, &["rev-parse", &format!("refs/heads/{branch}")]);
+    expect(
+        &gitea(&w, "d-2", "status", &status(&head, "success", "ok")),
+        0,
+        "processed",
+    );
+    assert_eq!(w.stage(&wi), "review");
+}
+
+/// A task started from Plane was recorded with actor `operator`, and its tracker comment said
+/// "by: operator": the tracker started it, as `webhook`.
+#[test]
+fn a_task_started_from_plane_is_recorded_as_the_webhooks_doing() {
+    // A tracker orch can write to (nothing listens: the rows only wait in the outbox).
+    let w = world(&format!(
+        "tracker:\n  kind: plane\n  base_url: http://127.0.0.1:9\n  workspace: team\n  \
+         token_env: ORCH_TEST_UNSET_PLANE_TOKEN\n  webhook_secret_env: {PLANE_VAR}\n\
+         forge:\n  kind: gitea\n  webhook_secret_env: {GITEA_VAR}\n"
+    ));
+    expect(
+        &plane(
+            &w,
+            "w-1",
+            &plane_issue(22, "To Analyse", "From the tracker", &[]),
+        ),
+        0,
+        "processed",
+    );
+    let actor = w.sql(
+        "SELECT t.actor FROM transitions t JOIN tasks k ON k.id = t.task_id \
+         WHERE k.work_item = 'SHOP-22' AND t.from_stage = 'created'",
+    );
+    assert_eq!(actor, "webhook");
+    let comment =
+        w.sql("SELECT payload FROM outbox WHERE kind = 'plane.comment' ORDER BY id LIMIT 1");
+    assert!(comment.contains("by: webhook"), "{comment}");
+}
+
 #[test]
 fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
     let w = world("");

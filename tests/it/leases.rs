@@ -327,3 +327,37 @@ fn merge_lease_release() {
     w.ok(&["lease", "release"], 2);
     w.ok(&["lease", "release", "SHOP-1", "--merge", "shop"], 2);
 }
+
+/// A lease held by `orch serve` whose best-effort release failed was never reclaimed: its owner
+/// stays alive. A long-lived owner's lease expires unless renewed; an expired one is reclaimed
+/// by the tick and taken over by the next advance, though its owner lives on.
+#[test]
+fn an_expired_lease_of_a_live_owner_is_reclaimed() {
+    let w = World::new();
+    w.add("First", &[]);
+    let owner = Kid::spawn("sleep", &["30"]);
+    let (_, start) = stat(owner.pid()).unwrap();
+    insert_lease(&w, "SHOP-1", owner.pid(), start, &boot_id());
+    let tid = w.task_id("SHOP-1");
+    // Not expired yet: held.
+    w.sql(&format!(
+        "UPDATE transition_lease SET expires_at = {} WHERE task_id = {tid}",
+        now() + 600
+    ));
+    let r = w.orch(&["advance", "SHOP-1"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert_eq!(lease_rows(&w), "1");
+    // Expired: the tick reclaims it, and `lease list` says why.
+    w.sql(&format!(
+        "UPDATE transition_lease SET expires_at = {} WHERE task_id = {tid}",
+        now() - 1
+    ));
+    let list = w.ok(&["lease", "list"], 0);
+    assert!(list.stdout.contains("expired"), "{list:?}");
+    let tick = w.ok(&["tick"], 0);
+    assert!(
+        tick.stdout.contains("reclaim transition lease of SHOP-1"),
+        "{tick:?}"
+    );
+    assert_eq!(lease_rows(&w), "0");
+}

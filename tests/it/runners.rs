@@ -1499,3 +1499,44 @@ fn a_dead_supervisors_suite_is_killed_before_the_job_runs_again() {
     w.orch(&["cancel", &wi]);
     assert_none_survive(&marker);
 }
+
+/// A FIFO named like an artifact wedged the scheduler: the gate read it under the repo lock and
+/// the transition lease, for ever, and every supervisor of the repo queued behind the lock. It
+/// is refused at once, and the gate says why.
+#[test]
+fn a_fifo_named_like_the_artifact_is_refused_without_blocking() {
+    let w = World::new();
+    let pass = sh_argv(&w, "suite-pass.sh", "exit 0");
+    configure(&w, &tests_block(&pass, 60, ""), "");
+    let wi = w.walk_to_review("Fifo artifact");
+    // A dry check creates the task worktree; the reviewer's artifact becomes a FIFO in it.
+    run_tests(&w, &wi, &["--no-advance"], 0);
+    let fifo = worktree(&w, &wi).join(report_path(&wi, "12-review.md"));
+    std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let started = Instant::now();
+    let mut child = w
+        .orch_cmd(&["advance", &wi, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let done = poll(Duration::from_secs(60), Duration::from_millis(50), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !done {
+        let _ = child.kill();
+        panic!("orch advance blocked on the FIFO");
+    }
+    let r = support::wait_output(child);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(
+        r.json()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`12-review.md` is a FIFO, not a regular file"),
+        "{r:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(w.sql("SELECT count(*) FROM transition_lease"), "0");
+}

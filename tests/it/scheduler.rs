@@ -8,7 +8,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::procs::{self, alive_as, cmdline, stat};
-use crate::support::sched::{Cfg, DEADLINE, REMOTE, Sched, TICK_EVERY, tick_until, wait_until};
+use crate::support::sched::{
+    Cfg, DEADLINE, Job, REMOTE, Sched, TICK_EVERY, tick_until, wait_until,
+};
 use crate::support::{boot_id, git, now};
 use serde_json::Value;
 
@@ -876,4 +878,106 @@ fn the_reconciler_leaves_a_finishing_supervisor_alone() {
         "{:#}",
         v["transitions"]
     );
+}
+
+/// A job that ended `done` while its gate was not satisfied (the reviewer wrote nothing) left
+/// the task with no job and no alert, holding the serial gate. The role gets one more run, told
+/// what is missing, and the task goes on.
+#[test]
+fn a_role_that_left_its_work_missing_runs_once_more() {
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Forgetful reviewer", &[]);
+    tick_until(
+        &w,
+        &[("STUB_NOTHING_FIRST", "reviewer:1")],
+        |w| w.stage_of(&wi) == "done",
+        DEADLINE,
+    );
+    let reviewers: Vec<Job> = w
+        .jobs(&wi)
+        .into_iter()
+        .filter(|j| j.role == "reviewer")
+        .collect();
+    assert_eq!(reviewers.len(), 2, "{reviewers:?}");
+    let second = w.sql(&format!(
+        "SELECT prompt FROM jobs WHERE id = {}",
+        reviewers[1].id
+    ));
+    assert!(
+        second.contains("`12-review.md` does not exist"),
+        "the re-run is told what is missing: {second}"
+    );
+}
+
+/// …and a role that leaves its work missing twice holds the task with an alert instead of
+/// leaving it idle for ever.
+#[test]
+fn a_role_that_left_its_work_missing_twice_holds_the_task() {
+    let w = Sched::new(Cfg::default());
+    let wi = w.add("Hopeless reviewer", &[]);
+    tick_until(
+        &w,
+        &[("STUB_NOTHING_FIRST", "reviewer:5")],
+        |w| {
+            w.sql(&format!(
+                "SELECT held_at IS NOT NULL FROM tasks WHERE work_item = '{wi}'"
+            )) == "1"
+        },
+        DEADLINE,
+    );
+    assert_eq!(w.stage_of(&wi), "review");
+    let reason = w.sql(&format!(
+        "SELECT held_reason FROM tasks WHERE work_item = '{wi}'"
+    ));
+    assert!(
+        reason.contains("the reviewer finished twice without the work of `review`"),
+        "{reason}"
+    );
+    let reviewers = w
+        .jobs(&wi)
+        .into_iter()
+        .filter(|j| j.role == "reviewer")
+        .count();
+    assert_eq!(reviewers, 2);
+    let why = w.orch(&["why", &wi]);
+    assert!(why.stdout.contains("Held since"), "{why:?}");
+    let logs = std::fs::read_dir(w.state_dir().join("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>();
+    assert!(
+        logs.contains("alert:") && logs.contains("held"),
+        "an alert was raised"
+    );
+    // Nothing more is queued while it is held.
+    for _ in 0..3 {
+        w.tick(&[]);
+    }
+    assert_eq!(
+        w.jobs(&wi)
+            .into_iter()
+            .filter(|j| j.role == "reviewer")
+            .count(),
+        2
+    );
+}
+
+/// A crash right after `orch approve` recorded the approval (before its advance) was never
+/// reconciled: analysis was skipped as a human gate. Once approved it is not one any more.
+#[test]
+fn an_approval_whose_advance_was_lost_is_reconciled() {
+    let w = Sched::new(Cfg {
+        auto_approve: false,
+        ..Cfg::default()
+    });
+    let wi = w.add("Approved then crashed", &[]);
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+    // What `orch approve` writes before it advances, without the advance.
+    w.sql(&format!(
+        "UPDATE tasks SET approved_at = {} WHERE work_item = '{wi}'",
+        now()
+    ));
+    tick_until(&w, &[], |w| w.stage_of(&wi) != "analysis", DEADLINE);
+    assert_eq!(w.stage_of(&wi), "architecture");
 }
