@@ -217,6 +217,10 @@ pub struct SchedulerCfg {
     /// alerted already) raises one alert per visit. 0 turns the alert off.
     #[serde(default = "default_stage_alert")]
     pub stage_alert_after_s: u64,
+    /// A running job whose supervisor has not recorded itself this long after its claim was
+    /// never started (a launch cut short): the reaper gives it its attempt back.
+    #[serde(default = "default_launch_grace")]
+    pub launch_grace_s: u64,
 }
 
 impl Default for SchedulerCfg {
@@ -226,6 +230,7 @@ impl Default for SchedulerCfg {
             reconcile_grace_s: default_grace(),
             retry_backoff_s: default_retry_backoff(),
             stage_alert_after_s: default_stage_alert(),
+            launch_grace_s: default_launch_grace(),
         }
     }
 }
@@ -252,6 +257,9 @@ impl Default for GitCfg {
     }
 }
 
+pub(super) fn default_launch_grace() -> u64 {
+    60
+}
 pub(super) fn default_stage_alert() -> u64 {
     24 * 3600
 }

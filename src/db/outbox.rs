@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::domain::ids::TaskId;
+use crate::domain::liveness::ProcIdentity;
 use crate::domain::time::Ts;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,13 +114,56 @@ pub fn claim(
     attempts_seen: u32,
     now: Ts,
     lease_until: Ts,
+    me: &ProcIdentity,
 ) -> Result<Option<u32>> {
     let n = c.execute(
-        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?1 \
+        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?1, claimed_pid = ?5, \
+         claimed_start = ?6, claimed_boot = ?7 \
          WHERE id = ?2 AND status = 'pending' AND attempts = ?3 AND next_attempt_at <= ?4",
-        params![lease_until, id, attempts_seen, now],
+        params![
+            lease_until,
+            id,
+            attempts_seen,
+            now,
+            me.pid,
+            me.start_time as i64,
+            me.boot_id
+        ],
     )?;
     Ok((n == 1).then_some(attempts_seen + 1))
+}
+
+/// Pending rows claimed for a send that is not due yet: `(id, attempts, claimer)`. The claimer
+/// of one may have died mid-send (served by the `outbox_pending` index).
+pub fn claimed(c: &Connection, now: Ts) -> Result<Vec<(i64, u32, ProcIdentity)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id, attempts, claimed_pid, claimed_start, claimed_boot FROM outbox \
+         WHERE status = 'pending' AND next_attempt_at > ?1 AND claimed_pid IS NOT NULL",
+    )?;
+    let rows = stmt
+        .query_map([now], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                ProcIdentity {
+                    pid: r.get(2)?,
+                    start_time: r.get::<_, i64>(3)? as u64,
+                    boot_id: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
+                },
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Free a row whose claimer died mid-send: due now, at the attempt it was claimed with.
+pub fn unclaim(c: &Connection, id: i64, attempts: u32, now: Ts) -> Result<bool> {
+    let n = c.execute(
+        "UPDATE outbox SET next_attempt_at = ?1, claimed_pid = NULL, claimed_start = NULL, \
+         claimed_boot = NULL WHERE id = ?2 AND status = 'pending' AND attempts = ?3",
+        params![now, id, attempts],
+    )?;
+    Ok(n == 1)
 }
 
 /// The attempt succeeded.
@@ -328,21 +372,44 @@ mod tests {
         assert_eq!(rows[0].payload, "{}");
     }
 
+    fn me() -> ProcIdentity {
+        ProcIdentity {
+            pid: 4242,
+            start_time: 7,
+            boot_id: "boot".into(),
+        }
+    }
+
+    #[test]
+    fn a_claim_records_its_drainer_and_an_unclaim_makes_the_row_due() {
+        let (_d, db) = db();
+        let c = db.conn();
+        insert(c, "k", "git:shop", "{}", "a", 100).unwrap();
+        let row = due(c, 100, 10).unwrap().remove(0);
+        assert_eq!(claim(c, row.id, 0, 100, 400, &me()).unwrap(), Some(1));
+        assert_eq!(claimed(c, 100).unwrap(), vec![(row.id, 1, me())]);
+        // Fenced on the attempt it was claimed with.
+        assert!(!unclaim(c, row.id, 0, 100).unwrap());
+        assert!(unclaim(c, row.id, 1, 100).unwrap());
+        assert!(claimed(c, 100).unwrap().is_empty());
+        assert_eq!(due(c, 100, 10).unwrap().len(), 1);
+    }
+
     #[test]
     fn a_claimed_row_is_owned_by_one_drainer_and_fenced() {
         let (_d, db) = db();
         let c = db.conn();
         insert(c, "k", "git:shop", "{}", "a", 100).unwrap();
         let row = due(c, 100, 10).unwrap().remove(0);
-        assert_eq!(claim(c, row.id, 0, 100, 400).unwrap(), Some(1));
+        assert_eq!(claim(c, row.id, 0, 100, 400, &me()).unwrap(), Some(1));
         // A second drainer with the same snapshot loses, and the row is no longer due.
-        assert_eq!(claim(c, row.id, 0, 100, 400).unwrap(), None);
+        assert_eq!(claim(c, row.id, 0, 100, 400, &me()).unwrap(), None);
         assert!(due(c, 100, 10).unwrap().is_empty());
         // An outcome of a stale attempt is ignored.
         assert!(!complete(c, row.id, 0, "late", 101).unwrap());
         assert!(retry(c, row.id, 1, 130, "HTTP 503").unwrap());
         assert!(due(c, 129, 10).unwrap().is_empty());
-        assert_eq!(claim(c, row.id, 1, 130, 430).unwrap(), Some(2));
+        assert_eq!(claim(c, row.id, 1, 130, 430, &me()).unwrap(), Some(2));
         assert!(complete(c, row.id, 2, "ok", 131).unwrap());
         let r = get(c, row.id).unwrap().unwrap();
         assert_eq!(
@@ -390,10 +457,10 @@ mod tests {
         assert_eq!(ids(due(c, 100, 10).unwrap()), ["s1", "s2"]);
         // The first row backs off: its sequence waits, the other issue does not.
         let s1 = due(c, 100, 10).unwrap().remove(0);
-        claim(c, s1.id, 0, 100, 200).unwrap();
+        claim(c, s1.id, 0, 100, 200, &me()).unwrap();
         retry(c, s1.id, 1, 160, "down").unwrap();
         assert_eq!(ids(due(c, 150, 10).unwrap()), ["s2"]);
-        claim(c, s1.id, 1, 160, 300).unwrap();
+        claim(c, s1.id, 1, 160, 300, &me()).unwrap();
         fail(c, s1.id, 2, "gave up", 161).unwrap();
         assert_eq!(ids(due(c, 161, 10).unwrap()), ["c1", "s2"]);
         assert_eq!(ids(list(c, true).unwrap()), ["s1"]);

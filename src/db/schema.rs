@@ -238,5 +238,10 @@ CREATE INDEX events_delivery_only ON events(delivery_id, id);
 ALTER TABLE transition_lease ADD COLUMN expires_at INTEGER;   -- NULL: held while the owner lives
 ALTER TABLE merge_lease ADD COLUMN expires_at INTEGER;
 CREATE INDEX lessons_task ON lessons(task_id, kind, at);
+-- Who is sending a claimed row: a drainer that died mid-send frees its rows at once instead of
+-- after the claim's lease.
+ALTER TABLE outbox ADD COLUMN claimed_pid INTEGER;
+ALTER TABLE outbox ADD COLUMN claimed_start INTEGER;
+ALTER TABLE outbox ADD COLUMN claimed_boot TEXT;
 "#,
 ];

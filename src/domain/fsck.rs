@@ -76,6 +76,8 @@ pub struct Facts {
     pub now: Ts,
     /// How long a fresh state may take to settle (a job that just ended, its advance).
     pub grace_s: i64,
+    /// How long a claimed job's supervisor may take to record itself.
+    pub launch_grace_s: i64,
     pub tasks: Vec<TaskFacts>,
     pub running: Vec<RunningJob>,
     pub leases: Vec<LeaseFacts>,
@@ -90,8 +92,6 @@ pub struct Facts {
     /// A dependency cycle, as work items in order.
     pub dependency_cycle: Option<Vec<String>>,
 }
-
-const LAUNCH_GRACE_S: i64 = 60;
 
 /// Every violation, in a stable order.
 pub fn violations(f: &Facts) -> Vec<Violation> {
@@ -110,7 +110,7 @@ pub fn violations(f: &Facts) -> Vec<Violation> {
                 format!("job {} of `{}` is running but {why}", j.id, j.work_item),
                 "`orch tick` reaps it (kills what is left, then retries or finishes it)".into(),
             ));
-        } else if !j.worktree_exists && j.started_at.is_some_and(|s| f.now - s > LAUNCH_GRACE_S) {
+        } else if !j.worktree_exists && j.started_at.is_some_and(|s| f.now - s > f.launch_grace_s) {
             out.push(v(
                 "running-job-without-worktree",
                 &format!("job {}", j.id),
@@ -270,6 +270,7 @@ mod tests {
         Facts {
             now: 10_000,
             grace_s: 120,
+            launch_grace_s: 60,
             ..Facts::default()
         }
     }

@@ -68,6 +68,7 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
     let mut facts = Facts {
         now,
         grace_s: ctx.config.scheduler.reconcile_grace_s as i64,
+        launch_grace_s: ctx.config.scheduler.launch_grace_s as i64,
         ..Facts::default()
     };
     for j in &live {
@@ -83,7 +84,9 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
                 Liveness::Alive => None,
                 Liveness::Dead(r) => Some(format!("its supervisor is gone ({})", r.display(s.pid))),
             },
-            None if now - j.started_at.unwrap_or(now) > 60 => {
+            None if now - j.started_at.unwrap_or(now)
+                > ctx.config.scheduler.launch_grace_s as i64 =>
+            {
                 Some("no supervisor was ever recorded".into())
             }
             None => None,

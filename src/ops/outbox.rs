@@ -19,11 +19,11 @@ use crate::config::ServiceCfg;
 use crate::ctx::Ctx;
 use crate::db::{self, outbox::CachedState, outbox::OutboxRow};
 use crate::domain::sandbox::{self, Service, Target, Verdict};
-use crate::ext::failpoint;
 use crate::ext::gitea::{Deleted, ForgeRepo, Gitea};
 use crate::ext::http::{CallError, Http};
 use crate::ext::plane::{Plane, Posted};
 use crate::ext::telegram::Telegram;
+use crate::ext::{failpoint, sys};
 use crate::ops::notify::{self, ChatPayload, CommentPayload, DeleteBranchPayload, StatePayload};
 
 /// After this many attempts a row is `failed`.
@@ -90,6 +90,7 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
     let mut down: HashSet<Service> = HashSet::new();
     let mut seen: HashSet<i64> = HashSet::new();
     let mut tried = 0usize;
+    free_orphaned_claims(ctx)?;
     // Delivering one row of a sequence makes the next one due, so look again while a pass
     // made progress.
     loop {
@@ -193,8 +194,24 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
 
 fn claim(ctx: &Ctx, row: &OutboxRow) -> Result<Option<u32>> {
     let now = crate::ctx::now();
+    let me = sys::self_identity()?;
     ctx.db
-        .write(|tx| db::outbox::claim(tx, row.id, row.attempts, now, now + LEASE_S))
+        .write(|tx| db::outbox::claim(tx, row.id, row.attempts, now, now + LEASE_S, &me))
+}
+
+/// Rows whose drainer died mid-send are due again at once (not after the claim's lease). The
+/// send may have happened: every kind is idempotent on the receiving side (a state already set,
+/// a comment's external id, a branch already gone) except a chat message, which may then
+/// arrive twice.
+fn free_orphaned_claims(ctx: &Ctx) -> Result<()> {
+    let now = crate::ctx::now();
+    for (id, attempts, owner) in db::outbox::claimed(ctx.db.conn(), now)? {
+        if !sys::is_live(&owner).is_alive() {
+            ctx.db
+                .write(|tx| db::outbox::unclaim(tx, id, attempts, now))?;
+        }
+    }
+    Ok(())
 }
 
 fn payload<T: serde::de::DeserializeOwned>(row: &OutboxRow) -> Result<T, CallError> {

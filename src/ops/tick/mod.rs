@@ -19,7 +19,6 @@ use crate::ext::failpoint;
 use crate::ext::lock::FileLock;
 
 pub use pass::TickReport;
-pub use reap::LAUNCH_GRACE_S;
 
 use pass::Pass;
 

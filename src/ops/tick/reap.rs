@@ -20,9 +20,6 @@ use crate::ext::{failpoint, sys};
 use crate::ops::advance::{self, Request};
 use crate::ops::attempt::{self, AttemptOutcome};
 
-/// A running job whose supervisor was never recorded gets this long to record itself.
-pub const LAUNCH_GRACE_S: i64 = 60;
-
 pub(super) fn reap(p: &mut Pass<'_>) -> Result<()> {
     let running: Vec<JobRow> = db::jobs::live(p.ctx.db.conn())?
         .into_iter()
@@ -59,7 +56,7 @@ fn reap_one(ctx: &Ctx, plan: bool, j: &JobRow) -> Result<Option<String>> {
             ))),
             Liveness::Alive => None,
         },
-        None if age > LAUNCH_GRACE_S => Some(Verdict::NeverStarted),
+        None if age > ctx.config.scheduler.launch_grace_s as i64 => Some(Verdict::NeverStarted),
         None => None,
     };
     let Some(verdict) = verdict else {
