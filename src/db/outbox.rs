@@ -179,7 +179,8 @@ pub fn complete(c: &Connection, id: i64, attempt: u32, result: &str, now: Ts) ->
 /// The attempt failed; try again at `next_at`.
 pub fn retry(c: &Connection, id: i64, attempt: u32, next_at: Ts, error: &str) -> Result<bool> {
     let n = c.execute(
-        "UPDATE outbox SET next_attempt_at = ?1, last_error = ?2 \
+        "UPDATE outbox SET next_attempt_at = ?1, last_error = ?2, claimed_pid = NULL, \
+         claimed_start = NULL, claimed_boot = NULL \
          WHERE id = ?3 AND status = 'pending' AND attempts = ?4",
         params![next_at, error, id, attempt],
     )?;
@@ -393,6 +394,10 @@ mod tests {
         assert!(unclaim(c, row.id, 1, 100).unwrap());
         assert!(claimed(c, 100).unwrap().is_empty());
         assert_eq!(due(c, 100, 10).unwrap().len(), 1);
+        // A send that failed and waits for its backoff is nobody's claim any more.
+        assert_eq!(claim(c, row.id, 1, 100, 400, &me()).unwrap(), Some(2));
+        assert!(retry(c, row.id, 2, 500, "HTTP 503").unwrap());
+        assert!(claimed(c, 100).unwrap().is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod doctor;
 mod ingest;
 mod ingest_corpus;
 mod input;
+mod kill_matrix;
 mod leases;
 mod outbox;
 mod queue;

@@ -141,6 +141,14 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
             p.isolate(&format!("cancel job {}", job.0), r);
         }
     }
+    for repo in &ctx.config.repos {
+        let r = sweep_worktrees(ctx, p.plan, repo);
+        if let Some(lines) = p.isolate(&format!("worktrees of {}", repo.name), r) {
+            for l in lines {
+                p.act(l);
+            }
+        }
+    }
     let live = db::jobs::live(c)?;
     let mut fetched: HashSet<String> = HashSet::new();
     for t in db::tasks::active(c)? {
@@ -245,6 +253,42 @@ fn reconcile_one(
     };
     advance::advance(ctx, &req)?;
     Ok(Some(line))
+}
+
+/// Remove the worktrees of cancelled tasks (and of no task): a cancel removes its worktree at
+/// once, but one that died before doing so leaves it behind. Skipped while the repo is busy.
+fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>> {
+    let git = ctx.git();
+    let dir = git.repos_dir().join("_wt").join(&repo.name);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut orphans = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(wi) = WorkItem::parse(&name) else {
+            continue;
+        };
+        let owner = db::tasks::find(ctx.db.conn(), &TaskRef::WorkItem(wi))?;
+        if owner.is_none_or(|t| t.repo != repo.name || t.stage == Stage::Cancelled) {
+            orphans.push(name);
+        }
+    }
+    if orphans.is_empty() || plan {
+        return Ok(orphans
+            .into_iter()
+            .map(|wi| format!("remove the worktree of {wi} (no live task)"))
+            .collect());
+    }
+    let Some(lock) = git.try_lock(&repo.name)? else {
+        return Ok(Vec::new());
+    };
+    let mut done = Vec::new();
+    for wi in orphans {
+        git.worktree_remove(&lock, &repo.git_ref(), &wi)?;
+        done.push(format!("remove the worktree of {wi} (no live task)"));
+    }
+    Ok(done)
 }
 
 /// A cancel requested during an irreversible step (design §3.6) applies once no live owner
