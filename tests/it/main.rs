@@ -6,6 +6,7 @@ mod support;
 
 mod concurrency;
 mod doctor;
+mod fsck;
 mod ingest;
 mod ingest_corpus;
 mod input;
