@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cli;
 use crate::config::{self, Config, RepoCfg};
@@ -43,10 +43,11 @@ impl Ctx {
     }
 
     pub fn with_config(config: Config, json: bool) -> Result<Ctx> {
+        // Explicit modes whatever the umask (design §9.1): the state is orch's and its group's.
         for dir in [&config.state_dir, &config.repos_dir] {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating directory `{}`", dir.display()))?;
+            crate::ext::sys::private_dir(dir, 0o750)?;
         }
+        crate::ext::sys::private_file(&config.db_path(), 0o640)?;
         let db = Db::open(&config.db_path())?;
         Ok(Ctx {
             config,
@@ -102,10 +103,12 @@ impl Ctx {
     /// `git.lock_timeout_s`).
     pub fn git(&self) -> Git {
         let g = &self.config.git;
-        Git::new(&self.config.repos_dir).with_limits(
-            Duration::from_secs(g.timeout_s),
-            Duration::from_secs(g.lock_timeout_s),
-        )
+        Git::new(&self.config.repos_dir)
+            .with_limits(
+                Duration::from_secs(g.timeout_s),
+                Duration::from_secs(g.lock_timeout_s),
+            )
+            .with_config(g.global_config.clone(), g.credential_helpers.clone())
     }
 
     /// A write transaction that lends the context immutably alongside it.

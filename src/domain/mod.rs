@@ -3,9 +3,11 @@
 
 pub mod agent;
 pub mod claim;
+pub mod confine;
 pub mod frontmatter;
 pub mod fsck;
 pub mod gate;
+pub mod gitconfig;
 pub mod history;
 pub mod ids;
 pub mod liveness;

@@ -41,7 +41,7 @@ impl Git {
                 fs::remove_dir_all(&tmp)
                     .with_context(|| format!("removing stale {}", tmp.display()))?;
             }
-            self.git_in(&self.repos_dir)
+            self.git_in(&self.repos_dir)?
                 .args(["clone", "--no-checkout", "--"])
                 .arg(repo.remote)
                 .arg(&tmp)
@@ -51,12 +51,12 @@ impl Git {
                 format!("moving {} into place at {}", tmp.display(), dir.display())
             })?;
         }
-        self.git_in(&dir)
+        self.git_in(&dir)?
             .args(["config", "remote.origin.url"])
             .arg(repo.remote)
             .checked()
             .with_context(|| format!("setting origin URL of repo {}", repo.name))?;
-        self.git_in(&dir)
+        self.git_in(&dir)?
             .args([
                 "config",
                 "--replace-all",
@@ -116,7 +116,7 @@ impl Git {
 
         // Registrations whose directories vanished would make `worktree add`
         // refuse the path.
-        self.git_in(&clone)
+        self.git_in(&clone)?
             .args(["worktree", "prune"])
             .checked()
             .with_context(ctx)?;
@@ -140,7 +140,7 @@ impl Git {
         if let Some(parent) = dir.parent() {
             fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
-        self.git_in(&clone)
+        self.git_in(&clone)?
             .args(["worktree", "add", track, "-B", branch, "--"])
             .arg(&dir)
             .arg(&start)
@@ -161,7 +161,7 @@ impl Git {
         let have_clone = exists(&clone)?;
         if exists(&dir)? {
             if have_clone && self.is_worktree_of(&clone, &dir)? {
-                self.git_in(&clone)
+                self.git_in(&clone)?
                     .args(["worktree", "remove", "--force", "--"])
                     .arg(&dir)
                     .checked()
@@ -171,7 +171,7 @@ impl Git {
             }
         }
         if have_clone {
-            self.git_in(&clone)
+            self.git_in(&clone)?
                 .args(["worktree", "prune"])
                 .checked()
                 .with_context(ctx)?;
@@ -205,7 +205,7 @@ impl Git {
             return Ok(false);
         }
         let status = self
-            .git_in(&dir)
+            .git_in(&dir)?
             .args(["status", "--porcelain", "--untracked-files=normal"])
             .checked()
             .with_context(ctx)?;
@@ -226,7 +226,7 @@ impl Git {
             return Ok(false);
         }
         // Merge the sha we checked, not the ref, which a fetch may move.
-        self.git_in(&dir)
+        self.git_in(&dir)?
             .args(["merge", "--ff-only", "--no-edit"])
             .arg(&target)
             .checked()
@@ -279,7 +279,7 @@ fn remove_if_empty_dir(dir: &Path) -> Result<()> {
 
 impl Git {
     fn fetch_in(&self, clone: &Path) -> Result<()> {
-        self.git_in(clone)
+        self.git_in(clone)?
             .args(["fetch", "--prune", "--quiet", "origin"])
             .checked()?;
         Ok(())
@@ -287,7 +287,7 @@ impl Git {
 
     /// The branch checked out in `dir`, `None` when HEAD is detached.
     pub(super) fn current_branch(&self, dir: &Path) -> Result<Option<String>> {
-        let cmd = self.git_in(dir).args(["symbolic-ref", "--quiet", "HEAD"]);
+        let cmd = self.git_in(dir)?.args(["symbolic-ref", "--quiet", "HEAD"]);
         let out = cmd.output()?;
         match out.code {
             Some(0) => Ok(out
@@ -304,7 +304,7 @@ impl Git {
     /// canonical; `None` if git finds none.
     fn repo_paths(&self, dir: &Path) -> Result<Option<(PathBuf, PathBuf)>> {
         let out = self
-            .git_in(dir)
+            .git_in(dir)?
             .args([
                 "rev-parse",
                 "--path-format=absolute",

@@ -58,11 +58,26 @@ mod read;
 mod remote;
 mod write;
 
-/// Config forced on every git command. Hooks are off because the clone and
-/// worktrees contain agent-written content and the user's global hooks are
-/// not ours to run; signing is off because no key is available unattended.
+/// Config forced on every git command (design §9.3). Hooks are off because the clone and
+/// worktrees contain agent-written content and the user's global hooks are not ours to run;
+/// signing is off because no key is available unattended. The rest overrides every
+/// single-valued key with which a repository's config could make git run a program or send a
+/// transfer elsewhere; the keys a repository names itself (drivers, helpers, includes) are
+/// refused by [`check_config`] instead.
 const FORCED_CONFIG: &[&str] = &[
     "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.askPass=",
+    "core.alternateRefsCommand=",
+    "credential.helper=",
+    "remote.origin.uploadpack=git-upload-pack",
+    "remote.origin.receivepack=git-receive-pack",
+    "protocol.ext.allow=never",
+    "diff.external=",
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "push.recurseSubmodules=no",
+    "gc.autoDetach=false",
     "commit.gpgSign=false",
     "color.ui=never",
 ];
@@ -88,6 +103,17 @@ const SCRUBBED_ENV: &[&str] = &[
     "GIT_AUTHOR_EMAIL",
     "GIT_COMMITTER_NAME",
     "GIT_COMMITTER_EMAIL",
+    // Config from the environment: orch's git reads only its own (design §9.3).
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_PROXY_COMMAND",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
 ];
 
 /// The largest artifact a gate reads (design §3.2); past it the file is refused.
@@ -151,6 +177,10 @@ pub struct Git {
     timeout: Duration,
     /// How long `lock` waits for a repo's lock before it gives up (busy, exit 4).
     lock_timeout: Duration,
+    /// `GIT_CONFIG_GLOBAL` of every command: orch's own (`/dev/null` when unset).
+    global_config: Option<PathBuf>,
+    /// `credential.helper` values set after the forced reset.
+    credential_helpers: Vec<String>,
 }
 
 /// Proof that the holder has the exclusive lock of one repo's clone.
@@ -178,7 +208,17 @@ impl Git {
             repos_dir: dir,
             timeout: DEFAULT_TIMEOUT,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            global_config: None,
+            credential_helpers: Vec::new(),
         }
+    }
+
+    /// The same, reading `global` as its only global config and asking `helpers` for
+    /// credentials (the config's `git.global_config` and `git.credential_helpers`).
+    pub fn with_config(mut self, global: Option<PathBuf>, helpers: Vec<String>) -> Git {
+        self.global_config = global;
+        self.credential_helpers = helpers;
+        self
     }
 
     /// The same, with the bounds of the config's `git` block.
@@ -273,16 +313,34 @@ impl Git {
 }
 
 impl Git {
-    /// A git command run in `dir` with our fixed environment and config, under the deadline.
-    fn git_in(&self, dir: &Path) -> Cmd {
+    /// A git command run in `dir` with our fixed environment and config, under the deadline;
+    /// refused when the config of the repository at `dir` could make git run a program.
+    fn git_in(&self, dir: &Path) -> Result<Cmd> {
+        check_config(dir)?;
         let mut cmd = Cmd::new("git").arg("-C").arg(dir);
         for kv in FORCED_CONFIG {
             cmd = cmd.args(["-c", kv]);
         }
+        for h in &self.credential_helpers {
+            cmd = cmd.arg("-c").arg(format!("credential.helper={h}"));
+        }
+        let ssh = ssh_command(SSH_OPTIONS);
+        cmd = cmd.arg("-c").arg(format!("core.sshCommand={ssh}"));
         for key in SCRUBBED_ENV {
             cmd = cmd.env_remove(key);
         }
-        cmd.env("GIT_TERMINAL_PROMPT", "0")
+        let global = self
+            .global_config
+            .as_deref()
+            .unwrap_or(Path::new("/dev/null"));
+        // Git never looks for a repository above `dir`: a worktree whose `.git` was removed is
+        // an error, not the repository of whatever directory holds it.
+        let ceiling = dir.parent().unwrap_or(Path::new("/"));
+        Ok(cmd
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", global)
+            .env("GIT_CEILING_DIRECTORIES", ceiling)
+            .env("GIT_TERMINAL_PROMPT", "0")
             .env("LC_ALL", "C")
             // Reads like `status` must not take index.lock next to an agent
             // working in the same worktree.
@@ -292,8 +350,101 @@ impl Git {
             // within 30 s (ssh, which must never ask for a password either).
             .env("GIT_HTTP_LOW_SPEED_LIMIT", "1000")
             .env("GIT_HTTP_LOW_SPEED_TIME", "30")
-            .env("GIT_SSH_COMMAND", ssh_command(SSH_OPTIONS))
-            .timeout(self.timeout)
+            .env("GIT_SSH_COMMAND", ssh)
+            .timeout(self.timeout))
+    }
+}
+
+/// The largest config file read before a git command: a repository's config is a few lines.
+const MAX_CONFIG: u64 = 1 << 20;
+
+/// Refuse a repository whose config (`config`, `config.worktree` of the common and of the
+/// worktree's git dir, found the way git finds them from `dir`) sets a key that makes git run a
+/// program (design §9.3, `domain::gitconfig`). A directory that is not a repository (where a
+/// clone starts) has no config to check.
+fn check_config(dir: &Path) -> Result<()> {
+    let dot = dir.join(".git");
+    let gitdir = match fs::symlink_metadata(&dot) {
+        Ok(m) if m.is_dir() => dot,
+        Ok(m) if m.is_file() => {
+            let text = read_small(&dot)?;
+            let target = text
+                .trim_end_matches(['\n', '\r'])
+                .strip_prefix("gitdir: ")
+                .with_context(|| format!("`{}` is not a `gitdir:` file", dot.display()))?;
+            dir.join(target)
+        }
+        Ok(_) => bail!("`{}` is neither a directory nor a file", dot.display()),
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("inspecting {}", dot.display())),
+    };
+    let common = match read_optional(&gitdir.join("commondir"))? {
+        Some(rel) => gitdir.join(rel.trim_end_matches(['\n', '\r'])),
+        None => gitdir.clone(),
+    };
+    let main_config = common.join("config");
+    let mut files = vec![main_config.clone()];
+    // Git reads `config.worktree` only when the main config turns the extension on.
+    let worktree_config = read_optional(&main_config)?
+        .and_then(|t| crate::domain::gitconfig::keys(&t).ok())
+        .is_some_and(|keys| {
+            keys.iter()
+                .any(|k| k.section == "extensions" && k.name == "worktreeconfig")
+        });
+    if worktree_config {
+        files.push(common.join("config.worktree"));
+        if gitdir != common {
+            files.push(gitdir.join("config.worktree"));
+        }
+    }
+    for f in files {
+        let Some(text) = read_optional(&f)? else {
+            continue;
+        };
+        let denied = crate::domain::gitconfig::denied(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "refusing to run git in `{}`: its config `{}` cannot be read safely ({e})",
+                dir.display(),
+                f.display()
+            )
+        })?;
+        if !denied.is_empty() {
+            bail!(
+                "refusing to run git in `{}`: its config `{}` sets {} (a key that makes git run \
+                 a program or send a transfer elsewhere; design §9.3). Remove it with `git \
+                 config --file {} --unset <key>` once you have checked who wrote it",
+                dir.display(),
+                f.display(),
+                denied
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                f.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn read_small(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let f = fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut text = String::new();
+    f.take(MAX_CONFIG + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {} (not UTF-8?)", path.display()))?;
+    if text.len() as u64 > MAX_CONFIG {
+        bail!("{} is larger than {MAX_CONFIG} bytes", path.display());
+    }
+    Ok(text)
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("inspecting {}", path.display())),
+        Ok(_) => read_small(path).map(Some),
     }
 }
 

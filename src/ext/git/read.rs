@@ -254,7 +254,7 @@ impl Git {
         }
 
         let mut cmd = self
-            .git_in(&dir)
+            .git_in(&dir)?
             .args(["rev-list", "--no-merges", "--full-history", "--max-count=1"])
             .arg(&head)
             .arg(format!("^{main}"));
@@ -414,7 +414,7 @@ impl Git {
     /// The commit `rev` names in the repo at `dir`, `None` if it names none.
     pub(super) fn rev_parse_commit(&self, dir: &Path, rev: &str) -> Result<Option<String>> {
         let cmd = self
-            .git_in(dir)
+            .git_in(dir)?
             .args(["rev-parse", "--verify", "--quiet"])
             .arg(format!("{rev}^{{commit}}"));
         let out = cmd.output()?;
@@ -434,7 +434,7 @@ impl Git {
 
     pub(super) fn is_ancestor(&self, dir: &Path, ancestor: &str, descendant: &str) -> Result<bool> {
         let cmd = self
-            .git_in(dir)
+            .git_in(dir)?
             .args(["merge-base", "--is-ancestor"])
             .arg(ancestor)
             .arg(descendant);
@@ -449,7 +449,7 @@ impl Git {
     /// Blob id of `bytes` in the object format of the repo at `dir`.
     fn hash_blob(&self, dir: &Path, bytes: &[u8]) -> Result<String> {
         let out = self
-            .git_in(dir)
+            .git_in(dir)?
             .args(["hash-object", "--no-filters", "--stdin"])
             .stdin(bytes)
             .checked()?;
@@ -465,7 +465,7 @@ impl Git {
             "--batch-check"
         };
         let cmd = self
-            .git_in(dir)
+            .git_in(dir)?
             .args(["cat-file", mode])
             .stdin(format!("{spec}\n"));
         let out = cmd.checked()?;
@@ -509,7 +509,7 @@ impl Git {
     /// Names of the blobs (files and symlinks) directly in tree `tree`.
     fn list_tree(&self, dir: &Path, tree: &str) -> Result<Vec<String>> {
         let out = self
-            .git_in(dir)
+            .git_in(dir)?
             .args(["ls-tree", "-z"])
             .arg(tree)
             .checked()?;

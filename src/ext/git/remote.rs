@@ -22,7 +22,7 @@ impl Git {
         let clone = self.require_clone(repo)?;
         let want = format!("refs/heads/{branch}");
         let cmd = self
-            .git_in(&clone)
+            .git_in(&clone)?
             .args(["ls-remote", "--exit-code", "origin"])
             .arg(&want);
         let out = cmd.output()?;
@@ -51,7 +51,7 @@ impl Git {
                 repo.name
             );
         }
-        self.git_in(worktree)
+        self.git_in(worktree)?
             .args(["push", "--no-verify", "--quiet", "origin"])
             .arg(format!("HEAD:refs/heads/{branch}"))
             .checked()
@@ -86,7 +86,7 @@ impl Git {
         }
         let clone = self.require_clone(repo)?;
         let mut cmd = self
-            .git_in(&clone)
+            .git_in(&clone)?
             .args(["push", "--no-verify", "--quiet", "--porcelain"]);
         if let Some(sha) = expect {
             if !sha.bytes().all(|b| b.is_ascii_hexdigit()) || sha.len() < 7 {
@@ -114,7 +114,7 @@ impl Git {
         check_branch(branch)?;
         let want = format!("refs/heads/{branch}");
         let cmd = self
-            .git_in(&self.repos_dir)
+            .git_in(&self.repos_dir)?
             .args(["ls-remote", "--", repo.remote])
             .arg(&want);
         let out = cmd.checked()?;
@@ -183,7 +183,7 @@ impl Git {
             std::fs::write(&path, bytes).with_context(|| format!("writing {rel}"))?;
         }
         Git::new(work).commit_all(work, "initial project", name, email)?;
-        self.git_in(work)
+        self.git_in(work)?
             .arg("push")
             .arg("--quiet")
             .arg(remote)
@@ -204,7 +204,7 @@ impl Git {
             bail!("invalid remote {remote:?}");
         }
         let mut cmd = self
-            .git_in(dir)
+            .git_in(dir)?
             .args(["ls-remote", "--heads", remote])
             .env("GIT_HTTP_LOW_SPEED_TIME", "10");
         if is_ssh_remote(remote) {

@@ -12,6 +12,7 @@ const ID_EMAIL: &str = "orch-test@example.invalid";
 fn run(dir: &Path, args: &[&str]) -> String {
     Git::new(dir)
         .git_in(dir)
+        .unwrap()
         .args(args)
         .checked()
         .unwrap()
@@ -129,6 +130,7 @@ fn commit_in(dir: &Path, msg: &str) -> String {
 fn upstream(wt: &Path) -> Option<String> {
     let out = Git::new(wt)
         .git_in(wt)
+        .ok()?
         .args(["rev-parse", "--symbolic-full-name", "@{upstream}"])
         .output()
         .unwrap();
@@ -1031,4 +1033,115 @@ fn refs_and_names_are_validated() {
     for bad in ["", ".", "..", "a/b", "-x"] {
         assert!(check_wi(bad).is_err(), "{bad}");
     }
+}
+
+// ---- design §9.3: a repository's config never makes orch's git run a program ----
+
+/// A script that leaves `marker` behind when something runs it.
+fn payload(dir: &Path, marker: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("payload.sh");
+    fs::write(&p, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+#[test]
+fn executing_config_written_into_a_worktree_is_refused_and_never_run() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
+        .unwrap();
+    let marker = fx.tmp.path().join("pwned");
+    let evil = payload(fx.tmp.path(), &marker);
+    let evil = evil.to_str().unwrap();
+    let source = Source::Worktree(wt.clone());
+    // Each of these, written where git reads it, would run `evil` on the next status, fetch
+    // or commit.
+    let cases = [
+        ("core.fsmonitor", evil.to_string()),
+        ("core.sshCommand", evil.to_string()),
+        ("credential.helper", format!("!{evil}")),
+        ("filter.x.clean", evil.to_string()),
+        ("remote.origin.uploadpack", evil.to_string()),
+        (
+            "include.path",
+            fx.tmp.path().join("other").display().to_string(),
+        ),
+    ];
+    let config = fx.clone().join(".git/config");
+    let clean = fs::read_to_string(&config).unwrap();
+    for (key, value) in &cases {
+        fs::write(
+            &config,
+            format!("{clean}\n[{}]\n", section_of(key)) + &format!("\t{} = {value}\n", last(key)),
+        )
+        .unwrap();
+        write_in(&wt, "src/new.rs", "// new\n");
+        let e = fx.git.head(&fx.repo(), &source).unwrap_err();
+        assert!(
+            format!("{e:#}").contains(&key.to_lowercase()),
+            "{key}: {e:#}"
+        );
+        assert!(
+            fx.git.commit_all(&wt, "x", ID_NAME, ID_EMAIL).is_err(),
+            "{key}"
+        );
+        assert!(fx.git.fetch(&lock, &fx.repo()).is_err(), "{key}");
+        assert!(!marker.exists(), "{key} ran its program");
+    }
+    // A worktree whose `.git` file points at a git dir the agent wrote is read the same way.
+    fs::write(&config, &clean).unwrap();
+    let fake = wt.join("fake-gitdir");
+    fs::create_dir_all(&fake).unwrap();
+    fs::write(
+        fake.join("config"),
+        format!("[core]\n\tfsmonitor = {evil}\n"),
+    )
+    .unwrap();
+    fs::write(wt.join(".git"), "gitdir: fake-gitdir\n").unwrap();
+    assert!(fx.git.head(&fx.repo(), &source).is_err());
+    // And one with no `.git` at all is not the repository of whatever holds it.
+    fs::remove_file(wt.join(".git")).unwrap();
+    assert!(fx.git.head(&fx.repo(), &source).is_err());
+    assert!(!marker.exists());
+}
+
+#[test]
+fn the_forced_overrides_win_over_orchs_own_global_config() {
+    let fx = Fx::new();
+    let marker = fx.tmp.path().join("pwned");
+    let evil = payload(fx.tmp.path(), &marker);
+    let global = fx.tmp.path().join("gitconfig");
+    fs::write(
+        &global,
+        format!("[core]\n\tfsmonitor = {}\n", evil.display()),
+    )
+    .unwrap();
+    let git = fx.git.clone().with_config(Some(global), vec![]);
+    let lock = git.lock(NAME).unwrap();
+    git.ensure_clone(&lock, &fx.repo()).unwrap();
+    let wt = git
+        .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
+        .unwrap();
+    write_in(&wt, "src/new.rs", "// new\n");
+    git.commit_all(&wt, "x", ID_NAME, ID_EMAIL).unwrap();
+    assert!(
+        !marker.exists(),
+        "core.fsmonitor from the global config ran"
+    );
+}
+
+fn section_of(key: &str) -> String {
+    let parts: Vec<&str> = key.split('.').collect();
+    match parts.len() {
+        2 => parts[0].to_string(),
+        _ => format!("{} \"{}\"", parts[0], parts[1..parts.len() - 1].join(".")),
+    }
+}
+
+fn last(key: &str) -> &str {
+    key.rsplit('.').next().unwrap()
 }

@@ -55,12 +55,12 @@ impl Git {
         let ctx = || format!("committing in {}", worktree.display());
         let only: &[&str] = paths.unwrap_or(&[]);
         let add = match paths {
-            Some(_) => self.git_in(worktree).args(["add", "--"]).args(only),
-            None => self.git_in(worktree).args(["add", "-A"]),
+            Some(_) => self.git_in(worktree)?.args(["add", "--"]).args(only),
+            None => self.git_in(worktree)?.args(["add", "-A"]),
         };
         add.checked().with_context(ctx)?;
         let diff = self
-            .git_in(worktree)
+            .git_in(worktree)?
             .args(["diff", "--cached", "--quiet", "--"])
             .args(only);
         let out = diff.output().with_context(ctx)?;
@@ -69,7 +69,7 @@ impl Git {
             Some(1) => {}
             _ => return Err(diff.failure(&out)).with_context(ctx),
         }
-        self.git_in(worktree)
+        self.git_in(worktree)?
             .arg("-c")
             .arg(format!("user.name={name}"))
             .arg("-c")

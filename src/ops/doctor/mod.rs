@@ -31,8 +31,8 @@ pub use check::{Check, Report, Status};
 pub use host::{SECRETS_FILE, UNIT_DIR};
 
 use host::{
-    config_check, dir_check, git_check, program_check, resolve_program, secrets_file_check,
-    service_checks, units_check,
+    config_check, dir_check, git_check, program_check, resolve_program, sandbox_check,
+    secrets_file_check, service_checks, units_check,
 };
 use repo::repo_checks;
 
@@ -64,10 +64,13 @@ pub fn doctor(ctx: &Ctx) -> Report {
             &cfg.agent.argv[0],
             &resolve_program(&cfg.agent.argv[0], path_var),
         ),
+        sandbox_check(cfg),
     ];
+    let git = ctx.git();
     for repo in &cfg.repos {
         repo_checks(
             repo,
+            &git,
             &cfg.state_dir,
             cfg.forge.is_some(),
             path_var,

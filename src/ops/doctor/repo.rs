@@ -28,6 +28,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `cwd` (the state directory), never in a clone: the doctor does not need one.
 pub(super) fn repo_checks(
     repo: &RepoCfg,
+    git: &Git,
     cwd: &Path,
     has_forge: bool,
     path_var: Option<&OsStr>,
@@ -35,7 +36,7 @@ pub(super) fn repo_checks(
 ) {
     let n = |what: &str| format!("repo.{}.{what}", repo.name);
     let shown = redact_remote(&repo.remote);
-    let git = Git::new(cwd).with_limits(PROBE_TIMEOUT, PROBE_TIMEOUT);
+    let git = git.clone().with_limits(PROBE_TIMEOUT, PROBE_TIMEOUT);
     match git.ls_remote(cwd, &repo.remote, SSH_OPTIONS) {
         Ok(out) if out.success() => {
             let stdout = out.stdout_text();
