@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install.sh — install orch on this host: the binary, the systemd units, the `orch` service user,
-# a starter /etc/orch/orch.yaml and an empty /etc/orch/secrets.env (mode 0600).
+# a starter /etc/orch/orch.yaml, an empty /etc/orch/secrets.env (mode 0600) and empty credential
+# files in /etc/orch/credentials/ (mode 0600, loaded by the units with LoadCredential=).
 #
 # Usage: scripts/install.sh [--bin PATH] [--prefix DIR] [--dry-run]
 #
@@ -10,12 +11,13 @@
 #   --dry-run      print what would be done and change nothing
 #
 # Safe to run again (an upgrade): the binary and the units are replaced, while orch.yaml and
-# secrets.env are never overwritten. It does not start anything; the last lines say how.
+# secrets.env and the credential files are never overwritten. It does not start anything; the
+# last lines say how.
 
 set -euo pipefail
 
 usage() {
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -172,8 +174,27 @@ EOF
     say "wrote $secrets"
 fi
 
+# 6. The credentials the units load (LoadCredential=): one file per secret, root only, created
+# empty (an empty credential counts as not set). Existing files are never touched.
+creds_dir="$etc_dir/credentials"
+for name in ORCH_PLANE_TOKEN ORCH_GITEA_TOKEN ORCH_TELEGRAM_TOKEN ORCH_PLANE_WEBHOOK_SECRET \
+    ORCH_GITEA_WEBHOOK_SECRET; do
+    f="$creds_dir/$name"
+    if [ -e "$f" ]; then
+        say "keeping existing $f"
+    elif [ "$dry_run" -eq 1 ]; then
+        say "would create $f (empty, mode 0600)"
+    else
+        install -d -m 0700 "$creds_dir"
+        ( umask 077 && : >"$f" )
+        chmod 0600 "$f"
+        say "created $f (empty)"
+    fi
+done
+
 say ""
 say "installed orch into ${prefix:-/}. Next:"
-say "  edit $config (repos, agent) and $secrets, then check with: orch doctor"
+say "  put each token and webhook secret in its file under $creds_dir (or in $secrets),"
+say "  edit $config (repos, agent), then check with: orch doctor"
 say "  systemctl daemon-reload && systemctl enable --now orch-tick.timer"
 say "  (orch-serve.service is for webhooks; it needs \`orch serve\`, which is planned)"

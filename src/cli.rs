@@ -228,6 +228,23 @@ pub struct TaskAddArgs {
     pub depends_on: Vec<String>,
 }
 
+impl Command {
+    /// The human gestures (design §9.4): what only an operator may do, never a process orch
+    /// started (`ORCH_SANDBOX=1`). `Some(name)` names the gesture.
+    pub fn human_gesture(&self) -> Option<&'static str> {
+        match self {
+            Command::Approve { .. } => Some("approve"),
+            Command::ConfirmDeploy { .. } => Some("confirm-deploy"),
+            Command::Cancel { .. } => Some("cancel"),
+            Command::Resume { .. } => Some("resume"),
+            Command::Unfreeze { .. } => Some("unfreeze"),
+            Command::Advance(a) if a.to.is_some() => Some("advance --to"),
+            Command::Lease(LeaseCmd::Release { .. }) => Some("lease release"),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct AdvanceArgs {
     pub work_item: String,

@@ -63,6 +63,10 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         }
     };
     init_logging(&cli.global);
+    // No process of orch lends its environment or memory to a same-user process (an agent).
+    if let Err(e) = ext::sys::undumpable() {
+        tracing::warn!("{e:#}");
+    }
     // An interrupt while a child runs must stop the child's whole group first.
     if let Err(e) = ext::proc::signals::install() {
         tracing::warn!("{e:#}");
@@ -79,6 +83,15 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
 
 fn dispatch(cli: Cli) -> Result<Code> {
     let g = &cli.global;
+    if let Some(gesture) = cli.command.human_gesture()
+        && domain::sandbox::sandboxed(std::env::var("ORCH_SANDBOX").ok().as_deref())
+    {
+        return Err(error::usage(format!(
+            "`orch {gesture}` is a human gesture and this process runs inside an orch job \
+             (ORCH_SANDBOX is set): an agent or a suite may not take it; an operator runs it \
+             from a shell of their own"
+        )));
+    }
     if let Command::Init { dir } = &cli.command {
         return cmd::init::run(g, dir.as_deref());
     }

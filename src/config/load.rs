@@ -128,6 +128,49 @@ fn finish(
     if let Some(p) = agent.prompts_dir.take() {
         agent.prompts_dir = Some(resolve(p));
     }
+    if let Some(mode) = env_override::<SandboxMode>("ORCH_AGENT_SANDBOX")? {
+        agent.sandbox = Some(mode);
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let expand = |p: PathBuf| -> Result<PathBuf> {
+        match p.strip_prefix("~") {
+            Ok(rest) => match &home {
+                Some(h) => Ok(h.join(rest)),
+                None => Err(usage(format!(
+                    "`{}` starts with `~` but HOME is not set",
+                    p.display()
+                ))),
+            },
+            Err(_) => Ok(resolve(p)),
+        }
+    };
+    agent.sandbox_writable = std::mem::take(&mut agent.sandbox_writable)
+        .into_iter()
+        .map(expand)
+        .collect::<Result<_>>()?;
+    agent.sandbox_readable = std::mem::take(&mut agent.sandbox_readable)
+        .into_iter()
+        .map(expand)
+        .collect::<Result<_>>()?;
+    agent.sandbox_hidden = std::mem::take(&mut agent.sandbox_hidden)
+        .into_iter()
+        .map(expand)
+        .collect::<Result<_>>()?;
+    let mut services = [raw.tracker, raw.forge, raw.chat];
+    for s in services.iter_mut().flatten() {
+        s.token_file = s.token_file.take().map(&resolve);
+        s.webhook_secret_file = s.webhook_secret_file.take().map(&resolve);
+    }
+    let [tracker, forge, chat] = services;
+    let mut git = raw.git;
+    git.global_config = Some(
+        git.global_config
+            .take()
+            .map(&resolve)
+            .unwrap_or_else(|| state_dir.join("gitconfig")),
+    );
 
     // A remote that is a local path is made absolute too, so clones and worktrees (whose cwd
     // differs) reach it; URLs (`scheme://…`, `user@host:path`) are left alone.
@@ -146,12 +189,12 @@ fn finish(
         max_developer_retries,
         agent,
         repos,
-        tracker: raw.tracker,
-        forge: raw.forge,
-        chat: raw.chat,
+        tracker,
+        forge,
+        chat,
         sandbox: raw.sandbox,
         scheduler: raw.scheduler,
-        git: raw.git,
+        git,
     };
     validate(&cfg)?;
     Ok(cfg)

@@ -132,3 +132,48 @@ fn relative_paths_are_resolved_against_the_config_file() {
     );
     assert_eq!(cfg.repos_dir, dir.path().join("st").join("repos"));
 }
+
+#[test]
+fn sandbox_paths_secret_files_and_orchs_git_config_are_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("orch.yaml");
+    std::fs::write(
+        &p,
+        "agent:\n  sandbox: none\n  env_allow: [ANTHROPIC_API_KEY]\n  \
+         sandbox_writable: [\"~/.claude\", cache]\n  sandbox_readable: [/opt/tools]\n  \
+         sandbox_hidden: [\"~/.ssh\"]\n\
+         tracker: {kind: plane, token_file: secrets/plane, webhook_secret_file: /etc/hook}\n",
+    )
+    .unwrap();
+    let cfg = load(&p, Some(dir.path().join("state"))).unwrap();
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
+    assert_eq!(cfg.agent.sandbox, Some(SandboxMode::None));
+    assert_eq!(cfg.agent.env_allow, ["ANTHROPIC_API_KEY"]);
+    assert_eq!(
+        cfg.agent.sandbox_writable,
+        [home.join(".claude"), dir.path().join("cache")]
+    );
+    assert_eq!(
+        cfg.agent.sandbox_readable,
+        [std::path::PathBuf::from("/opt/tools")]
+    );
+    assert_eq!(cfg.agent.sandbox_hidden, [home.join(".ssh")]);
+    let t = cfg.tracker.as_ref().unwrap();
+    assert_eq!(
+        t.token_file.as_deref(),
+        Some(dir.path().join("secrets/plane").as_path())
+    );
+    assert!(t.has_token() && t.has_webhook_secret());
+    assert_eq!(
+        cfg.secret_files(),
+        [dir.path().join("secrets/plane"), "/etc/hook".into()]
+    );
+    // orch's own global git config lives in the state dir unless named.
+    assert_eq!(
+        cfg.git.global_config.as_deref(),
+        Some(dir.path().join("state/gitconfig").as_path())
+    );
+    // A sandbox mode that is not one is refused, naming the key.
+    let e = load_str("agent:\n  sandbox: docker\n").unwrap_err();
+    assert!(format!("{e:#}").contains("sandbox"), "{e:#}");
+}

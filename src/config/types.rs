@@ -45,6 +45,48 @@ pub struct AgentCfg {
     pub usage_limit_backoff_s: u64,
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
+    /// Variables kept in a child's environment although a deny glob matches them (the agent
+    /// CLI's own credentials, e.g. `ANTHROPIC_API_KEY`). A `*_env` secret of the config is
+    /// never kept, listed here or not.
+    #[serde(default)]
+    pub env_allow: Vec<String>,
+    /// How agents, suites and CI commands are confined (design §9.2); `None`: `bwrap` when it is
+    /// installed, else `none` with a warning at every launch.
+    #[serde(default)]
+    pub sandbox: Option<SandboxMode>,
+    /// Extra paths a confined child may write (the agent CLI's config dir, a cache). `~/` is the
+    /// home directory. A missing path is skipped.
+    #[serde(default)]
+    pub sandbox_writable: Vec<PathBuf>,
+    /// Extra paths a confined child may read although they sit in a hidden place (a toolchain
+    /// under the state directory, the home directory of the service user).
+    #[serde(default)]
+    pub sandbox_readable: Vec<PathBuf>,
+    /// Extra directories hidden from a confined child (`~/.ssh`, `~/.aws`), beside the state
+    /// directory, `repos_dir` and the credentials directory, which always are.
+    #[serde(default)]
+    pub sandbox_hidden: Vec<PathBuf>,
+}
+
+/// `agent.sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// bubblewrap: a read-only system, the worktree writable, secrets and state hidden.
+    Bwrap,
+    /// No confinement: the child runs as orch's user with orch's view of the files.
+    None,
+}
+
+impl std::str::FromStr for SandboxMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bwrap" => Ok(SandboxMode::Bwrap),
+            "none" => Ok(SandboxMode::None),
+            _ => Err(format!("`{s}` is not `bwrap` or `none`")),
+        }
+    }
 }
 
 impl Default for AgentCfg {
@@ -57,6 +99,11 @@ impl Default for AgentCfg {
             inactivity_timeout_s: default_inactivity(),
             usage_limit_backoff_s: default_usage_backoff(),
             max_attempts: default_max_attempts(),
+            env_allow: Vec::new(),
+            sandbox: None,
+            sandbox_writable: Vec::new(),
+            sandbox_readable: Vec::new(),
+            sandbox_hidden: Vec::new(),
         }
     }
 }
@@ -104,7 +151,7 @@ pub enum CiMode {
     Command,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CiCfg {
     #[serde(default)]
@@ -112,12 +159,28 @@ pub struct CiCfg {
     #[serde(default)]
     pub argv: Vec<String>,
     pub timeout_s: Option<u64>,
+    /// Run the command in the agent sandbox (design §9.2); `false` runs it unconfined.
+    #[serde(default = "yes")]
+    pub sandbox: bool,
+}
+
+impl Default for CiCfg {
+    fn default() -> Self {
+        CiCfg {
+            mode: CiMode::None,
+            argv: Vec::new(),
+            timeout_s: None,
+            sandbox: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestsCfg {
     pub argv: Vec<String>,
+    #[serde(default = "yes")]
+    pub sandbox: bool,
     #[serde(default = "default_tests_timeout")]
     pub timeout_s: u64,
     #[serde(default)]
@@ -143,6 +206,8 @@ pub struct SmokeCfg {
 #[serde(deny_unknown_fields)]
 pub struct StagingCfg {
     pub argv: Vec<String>,
+    #[serde(default = "yes")]
+    pub sandbox: bool,
     #[serde(default = "default_staging_timeout")]
     pub timeout_s: u64,
     pub ssh: Option<SshCfg>,
@@ -189,7 +254,11 @@ pub struct ServiceCfg {
     pub base_url: Option<String>,
     pub workspace: Option<String>,
     pub token_env: Option<String>,
+    /// A file holding the token (read at the moment of use; wins over `token_env`).
+    pub token_file: Option<PathBuf>,
     pub webhook_secret_env: Option<String>,
+    /// A file holding the webhook secret (wins over `webhook_secret_env`).
+    pub webhook_secret_file: Option<PathBuf>,
     #[serde(default)]
     pub allow_unsigned: bool,
     pub chat_id: Option<String>,
@@ -246,6 +315,12 @@ pub struct GitCfg {
     /// How long to wait for a repo's lock before giving up (the work is deferred, exit 4).
     #[serde(default = "default_lock_timeout")]
     pub lock_timeout_s: u64,
+    /// The only global git config orch's git commands read (`GIT_CONFIG_GLOBAL`; design §9.3):
+    /// the place for credential settings of private remotes. Default `<state_dir>/gitconfig`.
+    pub global_config: Option<PathBuf>,
+    /// Credential helpers orch's git commands use (every helper set elsewhere is cleared).
+    #[serde(default)]
+    pub credential_helpers: Vec<String>,
 }
 
 impl Default for GitCfg {
@@ -253,6 +328,8 @@ impl Default for GitCfg {
         GitCfg {
             timeout_s: default_git_timeout(),
             lock_timeout_s: default_lock_timeout(),
+            global_config: None,
+            credential_helpers: Vec::new(),
         }
     }
 }
@@ -357,13 +434,53 @@ impl Config {
         self.chat.as_ref().filter(|c| c.kind == "telegram")
     }
 
-    /// Every variable named by a `*_env` key of the config (design §9): the secrets no child may
-    /// inherit.
+    /// Every variable named by a `*_env` key of the config (design §9): the secrets no child (and
+    /// no supervisor) may inherit.
     pub fn secret_env_names(&self) -> Vec<String> {
         [&self.tracker, &self.forge, &self.chat]
             .into_iter()
             .flatten()
             .flat_map(|s| [s.token_env.clone(), s.webhook_secret_env.clone()])
+            .flatten()
+            .collect()
+    }
+}
+
+impl ServiceCfg {
+    /// Where this service's API token is read from (design §9.1).
+    pub fn token_where(&self) -> crate::ext::secrets::Where<'_> {
+        crate::ext::secrets::Where {
+            file: self.token_file.as_deref(),
+            env: self.token_env.as_deref(),
+        }
+    }
+
+    /// Where this service's webhook secret is read from.
+    pub fn webhook_secret_where(&self) -> crate::ext::secrets::Where<'_> {
+        crate::ext::secrets::Where {
+            file: self.webhook_secret_file.as_deref(),
+            env: self.webhook_secret_env.as_deref(),
+        }
+    }
+
+    /// Whether a token is configured (a file or a variable), whether or not it can be read now.
+    pub fn has_token(&self) -> bool {
+        self.token_file.is_some() || self.token_env.is_some()
+    }
+
+    /// Whether a webhook secret is configured.
+    pub fn has_webhook_secret(&self) -> bool {
+        self.webhook_secret_file.is_some() || self.webhook_secret_env.is_some()
+    }
+}
+
+impl Config {
+    /// Every file named by a `*_file` key of the config: hidden from confined children.
+    pub fn secret_files(&self) -> Vec<PathBuf> {
+        [&self.tracker, &self.forge, &self.chat]
+            .into_iter()
+            .flatten()
+            .flat_map(|s| [s.token_file.clone(), s.webhook_secret_file.clone()])
             .flatten()
             .collect()
     }

@@ -3,8 +3,9 @@
 //!
 //! Responsible for: dropping every variable named by a `*_env` key of the config, every variable
 //! matching a deny glob (`agent.env_deny`, by default `*_TOKEN`, `*_SECRET`, `*_PASSWORD`,
-//! `*_API_KEY`), and every `ORCH_*` variable `orch` does not set itself, so a child never sees a
-//! secret or steers a nested `orch` by accident.
+//! `*_API_KEY`) unless `agent.env_allow` keeps it, and every `ORCH_*` variable `orch` does not
+//! set itself, so a child never sees a secret or steers a nested `orch` by accident; and the
+//! environment of a supervisor (`supervisor_env`): the same secrets out, `ORCH_*` kept.
 //!
 //! Deliberately not here: reading the process environment or the config (the caller passes both
 //! in, which keeps this a pure function), and deciding *what* to set (`ORCH_SANDBOX=1`,
@@ -16,25 +17,43 @@ use std::os::unix::ffi::OsStrExt;
 /// The prefix of every variable `orch` reads; children get only the ones `orch` sets for them.
 pub const ORCH_PREFIX: &str = "ORCH_";
 
-/// The complete environment for a child: `parent` in its order without the denied variables,
-/// then `set` in its order. A name in `set` replaces the parent's value rather than repeating it.
+/// What is taken out of an inherited environment.
 ///
-/// `deny_names` are exact, case-sensitive names. `deny_globs` may have a `*` at the start
-/// (`*_TOKEN`: a suffix), at the end (`AWS_*`: a prefix) or both (`*SECRET*`: anywhere in the
-/// name); a `*` anywhere else is an ordinary character and a glob without one is an exact name.
-/// Names that are not UTF-8 are compared byte for byte.
+/// `deny_names` are exact, case-sensitive names (the config's `*_env` secrets: never kept).
+/// `deny_globs` may have a `*` at the start (`*_TOKEN`: a suffix), at the end (`AWS_*`: a
+/// prefix) or both (`*SECRET*`: anywhere in the name); a `*` anywhere else is an ordinary
+/// character and a glob without one is an exact name. `allow` (globs of the same kind) keeps a
+/// variable a deny glob would drop (`agent.env_allow`: the agent CLI's own credentials). Names
+/// that are not UTF-8 are compared byte for byte.
+#[derive(Debug, Clone, Copy)]
+pub struct Scrub<'a> {
+    pub deny_names: &'a [String],
+    pub deny_globs: &'a [String],
+    pub allow: &'a [String],
+}
+
+impl Scrub<'_> {
+    /// Whether an inherited variable called `name` is dropped (before any `ORCH_*` rule).
+    fn drops(&self, name: &[u8]) -> bool {
+        self.deny_names.iter().any(|d| d.as_bytes() == name)
+            || (self.deny_globs.iter().any(|g| glob_matches(g, name))
+                && !self.allow.iter().any(|g| glob_matches(g, name)))
+    }
+}
+
+/// The complete environment for a child: `parent` in its order without the denied variables
+/// and every `ORCH_*` variable, then `set` in its order. A name in `set` replaces the parent's
+/// value rather than repeating it.
 pub fn child_env(
     parent: impl Iterator<Item = (OsString, OsString)>,
-    deny_names: &[String],
-    deny_globs: &[String],
+    scrub: &Scrub<'_>,
     set: &[(&str, String)],
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = parent
         .filter(|(name, _)| {
             let name = name.as_bytes();
             !(name.starts_with(ORCH_PREFIX.as_bytes())
-                || deny_names.iter().any(|d| d.as_bytes() == name)
-                || deny_globs.iter().any(|g| glob_matches(g, name))
+                || scrub.drops(name)
                 || set.iter().any(|(s, _)| s.as_bytes() == name))
         })
         .collect();
@@ -43,6 +62,19 @@ pub fn child_env(
             .map(|(name, value)| (OsString::from(name), OsString::from(value))),
     );
     env
+}
+
+/// The environment of a supervisor (`orch job run`, started by the tick; design §9.1): the
+/// tick's environment without its secrets, `ORCH_*` settings kept (they configure orch itself).
+/// A supervisor reads a token it needs from its file or credential, never from a variable an
+/// agent could find in `/proc/<supervisor>/environ`.
+pub fn supervisor_env(
+    parent: impl Iterator<Item = (OsString, OsString)>,
+    scrub: &Scrub<'_>,
+) -> Vec<(OsString, OsString)> {
+    parent
+        .filter(|(name, _)| !scrub.drops(name.as_bytes()))
+        .collect()
 }
 
 /// Whether `name` matches `glob`, which may have a `*` only at its start and/or end.
@@ -85,12 +117,61 @@ mod tests {
         strings(&["*_TOKEN", "*_SECRET", "*_PASSWORD", "*_API_KEY"])
     }
 
+    fn globs_only(globs: &[String]) -> Scrub<'_> {
+        Scrub {
+            deny_names: &[],
+            deny_globs: globs,
+            allow: &[],
+        }
+    }
+
+    #[test]
+    fn allow_keeps_what_a_glob_drops_but_never_a_named_secret() {
+        let parent = [
+            ("ANTHROPIC_API_KEY", "a"),
+            ("CLAUDE_CODE_OAUTH_TOKEN", "c"),
+            ("ORCH_PLANE_TOKEN", "p"),
+            ("GITEA_TOKEN", "g"),
+            ("PATH", "/bin"),
+            ("ORCH_LOG", "debug"),
+        ]
+        .map(|(n, v)| (OsString::from(n), OsString::from(v)));
+        let names = strings(&["ORCH_PLANE_TOKEN", "ANTHROPIC_API_KEY"]);
+        let globs = default_globs();
+        let allow = strings(&["ANTHROPIC_API_KEY", "CLAUDE_*"]);
+        let scrub = Scrub {
+            deny_names: &names,
+            deny_globs: &globs,
+            allow: &allow,
+        };
+        let names_of = |env: Vec<(OsString, OsString)>| -> Vec<String> {
+            env.into_iter()
+                .map(|(n, _)| n.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            names_of(child_env(parent.clone().into_iter(), &scrub, &[])),
+            ["CLAUDE_CODE_OAUTH_TOKEN", "PATH"]
+        );
+        // A supervisor keeps orch's own settings and still loses every secret.
+        assert_eq!(
+            names_of(supervisor_env(parent.into_iter(), &scrub)),
+            ["CLAUDE_CODE_OAUTH_TOKEN", "PATH", "ORCH_LOG"]
+        );
+    }
+
     /// The names `child_env` keeps of a parent holding each of `names` (value "v").
     fn kept(names: &[&str], deny_names: &[&str], deny_globs: &[&str]) -> Vec<String> {
         let parent = names
             .iter()
             .map(|n| (OsString::from(n), OsString::from("v")));
-        child_env(parent, &strings(deny_names), &strings(deny_globs), &[])
+        let (names, globs) = (strings(deny_names), strings(deny_globs));
+        let scrub = Scrub {
+            deny_names: &names,
+            deny_globs: &globs,
+            allow: &[],
+        };
+        child_env(parent, &scrub, &[])
             .into_iter()
             .map(|(n, _)| n.into_string().unwrap())
             .collect()
@@ -213,7 +294,7 @@ mod tests {
             ("ORCH_SANDBOX", "1".to_string()),
             ("ORCH_WORK_ITEM", "SHOP-7".to_string()),
         ];
-        let env = child_env(parent.into_iter(), &[], &default_globs(), &set);
+        let env = child_env(parent.into_iter(), &globs_only(&default_globs()), &set);
         let flat: Vec<(String, String)> = env
             .iter()
             .map(|(n, v)| {
@@ -241,7 +322,7 @@ mod tests {
         // orch decides what it hands its child; a glob meant for inherited secrets must not
         // silently drop it.
         let set = [("ORCH_ARTIFACT_TOKEN", "t".to_string())];
-        let env = child_env(std::iter::empty(), &[], &default_globs(), &set);
+        let env = child_env(std::iter::empty(), &globs_only(&default_globs()), &set);
         assert_eq!(lookup(&env, "ORCH_ARTIFACT_TOKEN"), Some(OsStr::new("t")));
     }
 
@@ -254,7 +335,7 @@ mod tests {
             (odd_name.clone(), odd_value.clone()),
             (odd_secret, OsString::from("s")),
         ];
-        let env = child_env(parent.into_iter(), &[], &default_globs(), &[]);
+        let env = child_env(parent.into_iter(), &globs_only(&default_globs()), &[]);
         assert_eq!(env, [(odd_name, odd_value)]);
     }
 }

@@ -1,5 +1,6 @@
 //! The doors to the outside world: processes (`proc`, the only spawner), git over per-repo
-//! clones (`git`), file locks (`lock`) and `/proc` facts and signals (`sys`).
+//! clones (`git`), file locks (`lock`), `/proc` facts and signals (`sys`) and secrets read at
+//! the moment of use (`secrets`).
 
 pub mod env;
 pub mod failpoint;
@@ -9,5 +10,6 @@ pub mod http;
 pub mod lock;
 pub mod plane;
 pub mod proc;
+pub mod secrets;
 pub mod sys;
 pub mod telegram;

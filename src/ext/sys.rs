@@ -5,6 +5,10 @@
 //! decision of its own beyond refusing to signal what it cannot verify. It spawns nothing (that is
 //! `ext/proc/`), knows nothing of jobs or leases, and reads no clock except to bound its own
 //! waiting. Linux only: it relies on `/proc`.
+//!
+//! Also the process's own protection (design §9.1): [`undumpable`] (no `/proc/<pid>/environ`,
+//! `mem` or ptrace for other processes of the same user) and files and directories created
+//! with an explicit mode whatever the umask ([`private_dir`], [`private_file`]).
 
 use std::fs;
 use std::sync::OnceLock;
@@ -141,6 +145,43 @@ pub fn terminate_group(leader: &ProcIdentity, grace: Duration) -> anyhow::Result
     match killpg(group, Signal::SIGKILL) {
         Ok(()) | Err(Errno::ESRCH) => Ok(true),
         Err(e) => Err(e).with_context(|| format!("sending SIGKILL to process group `{pid}`")),
+    }
+}
+
+/// Make this process undumpable (`PR_SET_DUMPABLE` 0): other processes of the same user, an
+/// agent among them, can no longer read its `/proc/<pid>/environ`, `cmdline`-adjacent memory or
+/// attach to it. Children get the default back at `exec`.
+pub fn undumpable() -> anyhow::Result<()> {
+    nix::sys::prctl::set_dumpable(false).context("prctl(PR_SET_DUMPABLE, 0)")
+}
+
+/// Create `dir` (and its parents) when missing and give the directory itself `mode` (parents
+/// keep what `create_dir_all` gave them). An existing directory keeps its mode: the operator may
+/// have tightened it.
+pub fn private_dir(dir: &std::path::Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating directory `{}`", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of `{}`", dir.display()))
+}
+
+/// Create the empty file `path` with `mode` when it is missing (an existing file is left
+/// alone), so what opens it next (SQLite) finds it with that mode.
+pub fn private_file(path: &std::path::Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+    {
+        Ok(_) => fs::set_permissions(path, fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting the mode of `{}`", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating `{}`", path.display())),
     }
 }
 
@@ -411,5 +452,26 @@ mod tests {
         assert_eq!(is_live(&id), Liveness::Alive);
         child.0.kill().unwrap();
         child.0.wait().unwrap();
+    }
+
+    #[test]
+    fn private_modes_ignore_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o000));
+        let d = t.path().join("a/state");
+        private_dir(&d, 0o750).unwrap();
+        let f = d.join("orch.db");
+        private_file(&f, 0o640).unwrap();
+        nix::sys::stat::umask(old);
+        let mode = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&d), 0o750);
+        assert_eq!(mode(&f), 0o640);
+        // An existing file or directory is left as the operator made it.
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        private_dir(&d, 0o750).unwrap();
+        private_file(&f, 0o600).unwrap();
+        assert_eq!(mode(&d), 0o700);
+        assert_eq!(mode(&f), 0o640);
     }
 }

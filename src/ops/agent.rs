@@ -20,6 +20,7 @@ use crate::ext::failpoint;
 use crate::ext::proc::{self, Ending, RunOutcome, Spec};
 use crate::ops::advance;
 use crate::ops::attempt::{AttemptOutcome, JobReport, retry_or_fail, still_ours, tail_lines};
+use crate::ops::confine;
 use crate::ops::worktree::{self, Identity};
 
 /// Launch the agent of `job` in `worktree` and finish its run.
@@ -117,7 +118,7 @@ fn launch_agent(
         None => builtin_prompt(role).to_string(),
     };
     let prompts = ctx.config.state_dir.join("prompts");
-    std::fs::create_dir_all(&prompts)?;
+    crate::ext::sys::private_dir(&prompts, 0o750)?;
     let prompt_file = prompts.join(format!("job-{}-{role}.md", job.id.0));
     std::fs::write(&prompt_file, prompt_text)
         .with_context(|| format!("writing `{}`", prompt_file.display()))?;
@@ -157,7 +158,7 @@ fn launch_agent(
         .join(format!("job-{}.agent.log", job.id.0));
     let started_at = crate::ctx::now();
     info!(argv = ?argv, "launching the agent");
-    let spec = Spec {
+    let mut spec = Spec {
         argv: argv.into_iter().map(OsString::from).collect(),
         cwd: worktree.to_path_buf(),
         env: child_env,
@@ -169,6 +170,14 @@ fn launch_agent(
         end_marker: Some(Box::new(agent::is_result_line)),
         linger_grace: Duration::from_secs(3),
     };
+    confine::confine(
+        ctx,
+        repo,
+        true,
+        std::slice::from_ref(&prompt_file),
+        &format!("the {role} agent of `{}`", task.work_item),
+        &mut spec,
+    )?;
     let outcome = proc::run_supervised(
         spec,
         worktree::record_group(ctx, job.id, attempt, "job.agent-running"),
@@ -377,24 +386,33 @@ fn run_ci_command(
         )?
         .context("the worktree has no HEAD")?;
     let env = worktree::child_env(ctx, task, &[]);
+    let mut spec = Spec {
+        argv: repo.ci.argv.iter().map(OsString::from).collect(),
+        cwd: worktree.to_path_buf(),
+        env,
+        stdin: None,
+        log: Some(
+            ctx.config
+                .state_dir
+                .join("logs")
+                .join(format!("ci-{}.log", task.base_work_item)),
+        ),
+        wall_timeout: Duration::from_secs(repo.ci.timeout_s.unwrap_or(900)),
+        inactivity_timeout: None,
+        grace: Duration::from_secs(5),
+        end_marker: None,
+        linger_grace: Duration::from_secs(1),
+    };
+    confine::confine(
+        ctx,
+        repo,
+        repo.ci.sandbox,
+        &[],
+        &format!("the CI command of `{}`", task.work_item),
+        &mut spec,
+    )?;
     let out = proc::run_supervised(
-        Spec {
-            argv: repo.ci.argv.iter().map(OsString::from).collect(),
-            cwd: worktree.to_path_buf(),
-            env,
-            stdin: None,
-            log: Some(
-                ctx.config
-                    .state_dir
-                    .join("logs")
-                    .join(format!("ci-{}.log", task.base_work_item)),
-            ),
-            wall_timeout: Duration::from_secs(repo.ci.timeout_s.unwrap_or(900)),
-            inactivity_timeout: None,
-            grace: Duration::from_secs(5),
-            end_marker: None,
-            linger_grace: Duration::from_secs(1),
-        },
+        spec,
         worktree::record_group(ctx, job.id, attempt, "ci.running"),
     );
     failpoint::hit("ci.after-exit");

@@ -77,16 +77,21 @@ pub fn build_world(dir: &Path) -> Result<PathBuf> {
     let stub = dir.join("stub-agent");
     std::fs::write(&stub, STUB_AGENT).context("writing the stub agent")?;
     set_executable(&stub)?;
+    let stub_state = dir.join("stub-state");
+    std::fs::create_dir_all(&stub_state).context("creating the stub agent's state")?;
     let cfg = dir.join("orch.yaml");
+    // Under the sandbox the agent sees a private /tmp (where the demo usually lives): it is
+    // shown the stub (read-only) and its counters (writable).
     let yaml = format!(
         "# Written by `orch demo`: a throwaway world with a local bare remote and the stub agent.\n\
 state_dir: state\n\
 repos_dir: state/repos\n\
 max_concurrency: 2\n\
-agent:\n  argv: [{stub:?}, \"--print\", \"--output-format\", \"json\", \"--system-prompt-file\", \"{{prompt_file}}\"]\n  inactivity_timeout_s: 120\n  roles:\n    developer: {{ timeout_s: 300 }}\n\
+agent:\n  argv: [{stub:?}, \"--print\", \"--output-format\", \"json\", \"--system-prompt-file\", \"{{prompt_file}}\"]\n  inactivity_timeout_s: 120\n  roles:\n    developer: {{ timeout_s: 300 }}\n  sandbox_readable: [{stub:?}]\n  sandbox_writable: [{stub_state:?}]\n\
 scheduler:\n  reconcile_grace_s: 2\n\
 repos:\n  - name: demo\n    remote: {remote:?}\n    main: main\n    prefix: DEMO\n    serial_gate: true\n    default_labels: [auto-approve]\n    ci: {{ mode: none }}\n    tests: {{ argv: [\"sh\", \"test.sh\"], timeout_s: 120 }}\n",
         stub = stub.display().to_string(),
+        stub_state = stub_state.display().to_string(),
         remote = remote.display().to_string(),
     );
     std::fs::write(&cfg, yaml).context("writing the demo config")?;

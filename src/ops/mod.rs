@@ -6,6 +6,7 @@ pub mod agent;
 pub mod apply;
 pub mod attempt;
 pub mod claim;
+pub mod confine;
 pub mod demo;
 pub mod doctor;
 pub mod fsck;

@@ -115,12 +115,12 @@ pub fn mirror_of(hop: &Hop<'_>, awaiting_confirm: bool) -> (Option<Mirror>, bool
 }
 
 /// The tracker block when orch can write to it: Plane (the only tracker orch speaks) with a
-/// base URL, a workspace and a token variable. A block with only a webhook secret is inbound
+/// base URL, a workspace and a token. A block with only a webhook secret is inbound
 /// only, and nothing is queued for it.
 fn plane_cfg(ctx: &Ctx) -> Option<&ServiceCfg> {
     ctx.config
         .plane()
-        .filter(|t| t.base_url.is_some() && t.workspace.is_some() && t.token_env.is_some())
+        .filter(|t| t.base_url.is_some() && t.workspace.is_some() && t.has_token())
 }
 
 /// Queue the tracker mirror of one history row of `task` (design §9): a state and a comment, for
@@ -323,9 +323,9 @@ pub struct DeleteBranchPayload {
     pub work_item: String,
 }
 
-/// The chat block when it is Telegram with a token variable and a usable chat id.
+/// The chat block when it is Telegram with a token and a usable chat id.
 fn chat_target(ctx: &Ctx) -> Option<&str> {
-    let chat = ctx.config.telegram().filter(|c| c.token_env.is_some())?;
+    let chat = ctx.config.telegram().filter(|c| c.has_token())?;
     chat.chat_id.as_deref().filter(|id| valid_chat_id(id))
 }
 
@@ -396,7 +396,7 @@ pub fn on_cancel(ctx: &Ctx, tx: &Connection, task: &TaskRow, sha: Option<&str>) 
     let forge = ctx
         .config
         .gitea()
-        .filter(|f| f.token_env.is_some())
+        .filter(|f| f.has_token())
         .and_then(|_| repo.forge());
     let (kind, target, repo_id) = match forge {
         Some(f) => (

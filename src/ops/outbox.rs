@@ -228,18 +228,19 @@ fn config_error(message: String) -> CallError {
     }
 }
 
-/// The token named by `<block>.token_env`, from this process's environment.
+/// The token of `<block>`, read now from its file, a systemd credential or its variable.
 fn token(svc: &ServiceCfg, block: &str) -> Result<String, CallError> {
-    let Some(name) = svc.token_env.as_deref() else {
+    if !svc.has_token() {
         return Err(config_error(format!(
-            "`{block}.token_env` is not set in the config"
+            "neither `{block}.token_file` nor `{block}.token_env` is set in the config"
         )));
-    };
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
-        _ => Err(config_error(format!(
-            "environment variable `{name}` (named by `{block}.token_env`) is not set"
+    }
+    match crate::ext::secrets::read(svc.token_where()) {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err(config_error(format!(
+            "the token of `{block}` is not available (`{block}.token_env` names an unset variable)"
         ))),
+        Err(e) => Err(config_error(format!("{e:#}"))),
     }
 }
 

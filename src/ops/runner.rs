@@ -28,6 +28,7 @@ use crate::ext::failpoint;
 use crate::ext::http::{GetResult, Http};
 use crate::ext::proc::{self, Ending, Spec};
 use crate::ops::apply::{enqueue, record_here};
+use crate::ops::confine;
 use crate::ops::worktree::{self, Identity};
 
 /// What a runner did, for the command's output and exit code.
@@ -64,6 +65,8 @@ struct Contract {
     kind: Kind,
     argv: Vec<String>,
     timeout_s: u64,
+    /// Run under the agent sandbox (the contract's `sandbox` key).
+    sandbox: bool,
     markers: Vec<String>,
     via_ssh: bool,
     delay_s: u64,
@@ -89,6 +92,7 @@ fn contract(kind: Kind, repo: &RepoCfg) -> Result<Contract> {
                 kind,
                 argv: t.argv.clone(),
                 timeout_s: t.timeout_s,
+                sandbox: t.sandbox,
                 markers: t.env_markers.clone(),
                 via_ssh: false,
                 delay_s: t.infra_retry_delay_s,
@@ -117,6 +121,7 @@ fn contract(kind: Kind, repo: &RepoCfg) -> Result<Contract> {
                 kind,
                 argv,
                 timeout_s: s.timeout_s,
+                sandbox: s.sandbox,
                 markers,
                 via_ssh: s.ssh.is_some(),
                 delay_s: s.infra_retry_delay_s,
@@ -247,21 +252,27 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         )),
         Caller::Operator => Box::new(|_: &proc::Started| failpoint::hit("runner.suite-running")),
     };
-    let out = proc::run_supervised(
-        Spec {
-            argv: c.argv.iter().map(OsString::from).collect(),
-            cwd: worktree.clone(),
-            env: child_env,
-            stdin: None,
-            log: Some(log.clone()),
-            wall_timeout: Duration::from_secs(c.timeout_s),
-            inactivity_timeout: None,
-            grace: Duration::from_secs(10),
-            end_marker: None,
-            linger_grace: Duration::from_secs(1),
-        },
-        on_start,
-    );
+    let mut spec = Spec {
+        argv: c.argv.iter().map(OsString::from).collect(),
+        cwd: worktree.clone(),
+        env: child_env,
+        stdin: None,
+        log: Some(log.clone()),
+        wall_timeout: Duration::from_secs(c.timeout_s),
+        inactivity_timeout: None,
+        grace: Duration::from_secs(10),
+        end_marker: None,
+        linger_grace: Duration::from_secs(1),
+    };
+    confine::confine(
+        ctx,
+        &repo,
+        c.sandbox,
+        &[],
+        &format!("the {runner_name} of `{}`", task.work_item),
+        &mut spec,
+    )?;
+    let out = proc::run_supervised(spec, on_start);
     let exit = exit_of(&out.ending);
     let (smoke_lines, smoke_failure) = match (kind, &exit) {
         (Kind::Tests, Exit::Code(0)) => smoke(&repo),

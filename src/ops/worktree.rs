@@ -73,12 +73,18 @@ pub fn child_env(ctx: &Ctx, task: &TaskRow, extra: &[(&str, String)]) -> Vec<(Os
         ("ORCH_WORK_ITEM", task.base_work_item.clone()),
     ];
     set.extend(extra.iter().cloned());
-    env::child_env(
-        std::env::vars_os(),
-        &ctx.config.secret_env_names(),
-        &ctx.config.agent.env_deny,
-        &set,
-    )
+    let names = ctx.config.secret_env_names();
+    env::child_env(std::env::vars_os(), &scrub(ctx, &names), &set)
+}
+
+/// The config's rules for inherited variables (design §9.1), over `names`, the config's `*_env`
+/// secrets.
+pub fn scrub<'a>(ctx: &'a Ctx, names: &'a [String]) -> env::Scrub<'a> {
+    env::Scrub {
+        deny_names: names,
+        deny_globs: &ctx.config.agent.env_deny,
+        allow: &ctx.config.agent.env_allow,
+    }
 }
 
 /// Commit as `who` what changed in `worktree`: everything, or only `paths` (a runner commits

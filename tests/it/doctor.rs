@@ -46,6 +46,9 @@ fn units_expected() -> &'static str {
 fn a_healthy_world_is_all_ok_but_the_units() {
     let w = World::with_repo_extra("tests: { argv: [\"sh\", \"test.sh\"] }\nci: { mode: none }");
     with_stub_agent(&w);
+    // The sandbox is a fact of the host: on where bubblewrap is installed.
+    let bwrap = crate::support::which("bwrap").is_some();
+    w.sandbox.store(bwrap, std::sync::atomic::Ordering::Relaxed);
     let r = w.ok(&["doctor", "--json"], 0);
     let doc = r.json();
     assert_eq!(doc["schema_version"], 1);
@@ -66,6 +69,7 @@ fn a_healthy_world_is_all_ok_but_the_units() {
         let name = c["name"].as_str().unwrap();
         match name {
             "units" => assert_eq!(c["status"], units_expected(), "{c}"),
+            "agent.sandbox" => assert_eq!(c["status"], if bwrap { "ok" } else { "warn" }, "{c}"),
             // Present only where /etc/orch/secrets.env exists: a fact of the host, not the world.
             "secrets_file" => {}
             _ => assert_eq!(c["status"], "ok", "{c}"),
@@ -348,4 +352,31 @@ fn an_unset_tracker_token_is_named_and_no_secret_is_printed() {
             );
         }
     }
+}
+
+#[test]
+fn the_sandbox_check_warns_when_off_and_fails_when_bwrap_is_asked_for_but_missing() {
+    let w = World::new();
+    let r = w.orch(&["doctor", "--json"]);
+    let doc = r.json();
+    assert_eq!(status(&doc, "agent.sandbox"), "warn", "{doc:#}");
+    assert!(
+        detail(&doc, "agent.sandbox").contains("agents run unconfined"),
+        "{doc:#}"
+    );
+    // `bwrap` asked for, and a PATH where it cannot be found.
+    let empty = crate::support::tempdir();
+    let r = w.orch_with(
+        &["doctor", "--json"],
+        &[
+            ("ORCH_AGENT_SANDBOX", "bwrap"),
+            ("PATH", empty.path().to_str().unwrap()),
+        ],
+    );
+    let doc = r.json();
+    assert_eq!(status(&doc, "agent.sandbox"), "fail", "{doc:#}");
+    assert!(
+        detail(&doc, "agent.sandbox").contains("install bubblewrap"),
+        "{doc:#}"
+    );
 }

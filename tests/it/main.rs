@@ -15,6 +15,7 @@ mod leases;
 mod outbox;
 mod queue;
 mod runners;
+mod sandbox;
 mod scheduler;
 mod serve;
 mod smoke;

@@ -117,6 +117,22 @@ fn tick_service_is_a_hardened_oneshot_running_orch_tick() {
         one(&u, "Service", "EnvironmentFile"),
         "-/etc/orch/secrets.env"
     );
+    assert_loads_credentials(&u);
+}
+
+/// Every secret of the starter config is loaded as a systemd credential (design §9.1).
+fn assert_loads_credentials(u: &Unit) {
+    let creds = &u["Service"]["LoadCredential"];
+    for name in [
+        "ORCH_PLANE_TOKEN",
+        "ORCH_GITEA_TOKEN",
+        "ORCH_TELEGRAM_TOKEN",
+        "ORCH_PLANE_WEBHOOK_SECRET",
+        "ORCH_GITEA_WEBHOOK_SECRET",
+    ] {
+        let want = format!("{name}:/etc/orch/credentials/{name}");
+        assert!(creds.contains(&want), "{want} in {creds:?}");
+    }
 }
 
 #[test]
@@ -144,6 +160,7 @@ fn serve_service_runs_the_shim_hardened() {
     );
     assert_hardened(&u, "orch-serve.service");
     assert_eq!(one(&u, "Service", "Restart"), "on-failure");
+    assert_loads_credentials(&u);
 }
 
 /// Messages of `systemd-analyze` that mean it cannot work in this environment (no systemd as
@@ -291,6 +308,10 @@ fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
     let config = root.join("etc/orch/orch.yaml");
     let secrets = root.join("etc/orch/secrets.env");
     assert_eq!(mode(&secrets), 0o600);
+    let cred = root.join("etc/orch/credentials/ORCH_PLANE_TOKEN");
+    assert_eq!(mode(&cred), 0o600);
+    assert_eq!(mode(&root.join("etc/orch/credentials")), 0o700);
+    assert_eq!(std::fs::read(&cred).unwrap(), b"");
     assert_eq!(mode(&root.join("var/lib/orch")), 0o750);
     let text = std::fs::read_to_string(&config).unwrap();
     assert!(text.contains("\nstate_dir: /var/lib/orch\n"), "{text}");
@@ -320,6 +341,7 @@ fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
     let edited = format!("{text}\n# edited by the operator\n");
     std::fs::write(&config, &edited).unwrap();
     std::fs::write(&secrets, "ORCH_PLANE_TOKEN=kept\n").unwrap();
+    std::fs::write(&cred, "kept\n").unwrap();
     let out = install(&root, &[]);
     assert!(out.status.success(), "{}", show(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -330,6 +352,7 @@ fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
         "ORCH_PLANE_TOKEN=kept\n"
     );
     assert_eq!(mode(&secrets), 0o600);
+    assert_eq!(std::fs::read_to_string(&cred).unwrap(), "kept\n");
 }
 
 #[test]

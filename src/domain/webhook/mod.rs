@@ -186,11 +186,11 @@ pub fn event_header(source: Source, headers: &[(String, String)]) -> Option<Stri
 /// environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Secret {
-    /// The variable is set and not empty.
+    /// The secret was read and is not empty.
     Set(Vec<u8>),
-    /// The block or its `webhook_secret_env` key is absent.
+    /// The block or its `webhook_secret_file`/`_env` key is absent.
     NotConfigured,
-    /// `webhook_secret_env` names a variable that is unset or empty.
+    /// The configured file or variable (`var`, its path or name) holds no secret.
     Unset { var: String },
 }
 
@@ -248,8 +248,9 @@ pub fn check_delivery(
         (Secret::NotConfigured, _) => Err(Rejection::new(
             401,
             format!(
-                "no webhook secret is configured for `{src}`: set `{block}.webhook_secret_env` to the \
-                 variable holding it (or `{block}.allow_unsigned: true`)",
+                "no webhook secret is configured for `{src}`: set `{block}.webhook_secret_file` \
+                 (or `{block}.webhook_secret_env`) to where it is kept (or \
+                 `{block}.allow_unsigned: true`)",
                 src = source.as_str(),
                 block = source.config_block()
             ),
@@ -257,10 +258,10 @@ pub fn check_delivery(
         (Secret::Unset { var }, _) => Err(Rejection::new(
             401,
             format!(
-                "the webhook secret of `{}` is missing: `{var}` (named by `{}.webhook_secret_env`) \
-                 is unset or empty",
+                "the webhook secret of `{}` is missing: `{var}` (named by `{b}.webhook_secret_file` \
+                 or `{b}.webhook_secret_env`) is unset, empty or unreadable",
                 source.as_str(),
-                source.config_block()
+                b = source.config_block()
             ),
         )),
     }

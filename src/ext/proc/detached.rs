@@ -4,7 +4,8 @@
 //! `pre_exec` hook.
 
 use std::ffi::OsString;
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,22 +18,30 @@ use crate::ext::sys;
 /// Start `argv` detached: a new session (so it outlives the caller and its terminal), stdin
 /// from `/dev/null`, stdout and stderr appended to `log`. The caller does not wait for it;
 /// liveness is judged later from the returned identity. Used by `orch tick` to hand a claimed
-/// job to its supervisor.
-pub fn spawn_detached(argv: &[OsString], log: &Path) -> Result<Started> {
+/// job to its supervisor. The child's environment is exactly `env` (nothing inherited), and its
+/// log is created with mode 0640.
+pub fn spawn_detached(
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+    log: &Path,
+) -> Result<Started> {
     let (program, args) = argv
         .split_first()
         .context("cannot start a detached process from an empty argv")?;
     if let Some(dir) = log.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating `{}`", dir.display()))?;
+        sys::private_dir(dir, 0o750)?;
     }
     let out = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o640)
         .open(log)
         .with_context(|| format!("opening `{}`", log.display()))?;
     let err = out.try_clone()?;
     let mut cmd = Command::new(program);
     cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));

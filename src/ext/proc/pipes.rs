@@ -9,7 +9,7 @@
 //! One of the two `unsafe` blocks of `src/` is here: the `libc::poll` in `ready`.
 
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Write as _};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
@@ -183,9 +183,11 @@ fn set_nonblocking(fd: BorrowedFd<'_>) {
 
 pub(super) fn open_log(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir)?;
+        crate::ext::sys::private_dir(dir, 0o750).map_err(std::io::Error::other)?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    // A log may hold what a child printed: not for every local user, whatever the umask.
+    std::os::unix::fs::OpenOptionsExt::mode(OpenOptions::new().create(true).append(true), 0o640)
+        .open(path)
 }
 
 /// One stream's handle on the run log. A failed write is reported once and ends logging for the

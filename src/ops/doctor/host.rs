@@ -21,7 +21,7 @@ use crate::ext::proc::Cmd;
 pub const UNIT_DIR: &str = "/etc/systemd/system";
 
 /// The `EnvironmentFile=` of the units: service tokens and webhook secrets.
-pub const SECRETS_FILE: &str = "/etc/orch/secrets.env";
+pub const SECRETS_FILE: &str = crate::ops::confine::UNITS_SECRETS_FILE;
 
 /// The units `orch tick` needs to run unattended.
 const TICK_UNITS: [&str; 2] = ["orch-tick.service", "orch-tick.timer"];
@@ -89,6 +89,38 @@ pub(super) fn git_check() -> Check {
             Status::Fail,
             format!("{e:#}; install git, every repo operation needs it"),
         ),
+    }
+}
+
+/// The agent sandbox (design §9.2): on and working, off (a warning), or configured and broken.
+pub(super) fn sandbox_check(config: &crate::config::Config) -> Check {
+    use crate::ops::confine::{self, Mode};
+    let name = "agent.sandbox";
+    let (_, text) = confine::describe(config);
+    match confine::mode(config) {
+        Mode::Bwrap(bwrap) => {
+            // Can it build a sandbox here (user namespaces, mounts)? The same kind it will build.
+            let probe = Cmd::new(&bwrap)
+                .args(["--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/"])
+                .args([
+                    "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true",
+                ])
+                .timeout(std::time::Duration::from_secs(10));
+            match probe.checked() {
+                Ok(_) => Check::new(name, Status::Ok, text),
+                Err(e) => Check::new(
+                    name,
+                    Status::Fail,
+                    format!(
+                        "`{}` cannot build a sandbox on this host ({e:#}); every job would fail to \
+                         start: allow user namespaces or set `agent.sandbox: none`",
+                        bwrap.display()
+                    ),
+                ),
+            }
+        }
+        Mode::Off { missing: true, .. } => Check::new(name, Status::Fail, text),
+        Mode::Off { .. } => Check::new(name, Status::Warn, text),
     }
 }
 
@@ -183,7 +215,7 @@ pub(super) fn program_check(name: &str, key: &str, program: &str, resolved: &Res
     }
 }
 
-/// The `*_env` variables of one service. `in_env(var)` is `None` when the variable is unset,
+/// The secrets of one service: its `*_file` keys, or its `*_env` variables. `in_env(var)` is `None` when the variable is unset,
 /// `Some(false)` when it is set but empty. `secrets` is the text of the units' environment file,
 /// when we may read it; only its variable names are looked at.
 pub(super) fn service_checks(
@@ -193,25 +225,52 @@ pub(super) fn service_checks(
     secrets: Option<&str>,
     checks: &mut Vec<Check>,
 ) {
-    let name = format!("{service}.token_env");
-    match &svc.token_env {
-        None => checks.push(Check::new(
-            name,
+    match (&svc.token_file, &svc.token_env) {
+        (Some(f), _) => checks.push(file_check(format!("{service}.token_file"), f)),
+        (None, Some(var)) => checks.push(var_check(
+            format!("{service}.token_env"),
+            var,
+            &in_env,
+            secrets,
+        )),
+        (None, None) => checks.push(Check::new(
+            format!("{service}.token_env"),
             Status::Warn,
             format!(
-                "`{service}` ({}) has no token_env, so its API calls are unauthenticated",
+                "`{service}` ({}) has neither token_file nor token_env, so its API calls are \
+                 unauthenticated",
                 svc.kind
             ),
         )),
-        Some(var) => checks.push(var_check(name, var, &in_env, secrets)),
     }
-    if let Some(var) = &svc.webhook_secret_env {
-        checks.push(var_check(
+    match (&svc.webhook_secret_file, &svc.webhook_secret_env) {
+        (Some(f), _) => checks.push(file_check(format!("{service}.webhook_secret_file"), f)),
+        (None, Some(var)) => checks.push(var_check(
             format!("{service}.webhook_secret_env"),
             var,
             &in_env,
             secrets,
-        ));
+        )),
+        (None, None) => {}
+    }
+}
+
+/// A secret file: readable by this process and by nobody but its owner (and group).
+fn file_check(name: String, path: &Path) -> Check {
+    let shown = path.display();
+    match crate::ext::secrets::read(crate::ext::secrets::Where {
+        file: Some(path),
+        env: None,
+    }) {
+        Err(e) => Check::new(name, Status::Fail, format!("{e:#}")),
+        Ok(_) => match std::fs::metadata(path).map(|m| m.permissions().mode() & 0o007) {
+            Ok(0) => Check::new(name, Status::Ok, format!("`{shown}` is readable")),
+            _ => Check::new(
+                name,
+                Status::Warn,
+                format!("`{shown}` is readable by every local user; `chmod o-rwx` it"),
+            ),
+        },
     }
 }
 
@@ -221,6 +280,13 @@ fn var_check(
     in_env: &impl Fn(&str) -> Option<bool>,
     secrets: Option<&str>,
 ) -> Check {
+    if crate::ext::secrets::credential_path(var).is_some() {
+        return Check::new(
+            name,
+            Status::Ok,
+            format!("`{var}` is a credential in $CREDENTIALS_DIRECTORY"),
+        );
+    }
     match in_env(var) {
         Some(true) => Check::new(name, Status::Ok, format!("`{var}` is set")),
         Some(false) => Check::new(
@@ -419,7 +485,9 @@ mod tests {
             base_url: None,
             workspace: None,
             token_env: Some("ORCH_PLANE_TOKEN".into()),
+            token_file: None,
             webhook_secret_env: Some("ORCH_PLANE_WEBHOOK_SECRET".into()),
+            webhook_secret_file: None,
             allow_unsigned: false,
             chat_id: None,
         };

@@ -209,7 +209,8 @@ fn route(ctx: &Ctx, d: &Delivery<'_>, dedup: bool) -> Result<Routed> {
 
 // ---- secrets, headers, storage ----
 
-/// The source's webhook secret and `allow_unsigned`, from its config block and the environment.
+/// The source's webhook secret and `allow_unsigned`, from its config block: read now from its
+/// file, a systemd credential or its variable (design §9.1).
 fn secret_of(ctx: &Ctx, source: Source) -> (Secret, bool) {
     let block = match source {
         Source::Plane => ctx.config.tracker.as_ref(),
@@ -218,12 +219,24 @@ fn secret_of(ctx: &Ctx, source: Source) -> (Secret, bool) {
     let Some(b) = block else {
         return (Secret::NotConfigured, false);
     };
-    let secret = match &b.webhook_secret_env {
-        None => Secret::NotConfigured,
-        Some(var) => match std::env::var_os(var) {
-            Some(v) if !v.is_empty() => Secret::Set(v.into_encoded_bytes()),
-            _ => Secret::Unset { var: var.clone() },
-        },
+    if !b.has_webhook_secret() {
+        return (Secret::NotConfigured, b.allow_unsigned);
+    }
+    let unset = || Secret::Unset {
+        var: b
+            .webhook_secret_file
+            .as_ref()
+            .map(|f| f.display().to_string())
+            .or_else(|| b.webhook_secret_env.clone())
+            .unwrap_or_default(),
+    };
+    let secret = match crate::ext::secrets::read(b.webhook_secret_where()) {
+        Ok(Some(v)) => Secret::Set(v.into_bytes()),
+        Ok(None) => unset(),
+        Err(e) => {
+            warn!("{e:#}");
+            unset()
+        }
     };
     (secret, b.allow_unsigned)
 }
@@ -233,10 +246,8 @@ fn configured_secrets(ctx: &Ctx) -> Vec<String> {
     [&ctx.config.tracker, &ctx.config.forge, &ctx.config.chat]
         .into_iter()
         .flatten()
-        .flat_map(|s| [&s.token_env, &s.webhook_secret_env])
-        .flatten()
-        .filter_map(|var| std::env::var(var).ok())
-        .filter(|v| !v.is_empty())
+        .flat_map(|s| [s.token_where(), s.webhook_secret_where()])
+        .filter_map(|w| crate::ext::secrets::read(w).ok().flatten())
         .collect()
 }
 

@@ -51,7 +51,14 @@ fn start(ctx: &Ctx, c: &Claimed) -> Result<()> {
         .state_dir
         .join("logs")
         .join(format!("job-{}.log", c.job.0));
-    match proc::spawn_detached(&argv, &log) {
+    // The supervisor never holds a secret in its environment (design §9.1): an agent must not
+    // find one in `/proc/<supervisor>/environ`.
+    let names = ctx.config.secret_env_names();
+    let env = crate::ext::env::supervisor_env(
+        std::env::vars_os(),
+        &crate::ops::worktree::scrub(ctx, &names),
+    );
+    match proc::spawn_detached(&argv, &env, &log) {
         Ok(s) => {
             failpoint::hit("tick.after-spawn");
             let boot = sys::boot_id().unwrap_or_default();

@@ -62,10 +62,10 @@ pub(super) fn poll_ci(p: &mut Pass<'_>) -> Result<()> {
     if idle.is_empty() {
         return Ok(());
     }
-    let token = forge
-        .token_env
-        .as_deref()
-        .and_then(|n| std::env::var(n).ok());
+    let token = crate::ext::secrets::read(forge.token_where()).unwrap_or_else(|e| {
+        tracing::warn!("{e:#}; polling the forge unauthenticated");
+        None
+    });
     let http = crate::ext::http::Http::new(Duration::from_secs(5));
     let gitea = crate::ext::gitea::Gitea::new(&http, base, token.as_deref());
     let mut polls = 0;

@@ -113,3 +113,15 @@ pub fn tempdir() -> TempDir {
         _share: share,
     }
 }
+
+/// A [`tempdir`] under the build's own temp directory (`target/tmp`) rather than `/tmp`: for a
+/// world whose paths must not vanish under a sandbox's private `/tmp`.
+pub fn tempdir_outside_tmp() -> TempDir {
+    let share = lanes::share();
+    let parent = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(parent).expect("target tmp dir");
+    TempDir {
+        dir: tempfile::tempdir_in(parent).expect("tempdir"),
+        _share: share,
+    }
+}

@@ -28,6 +28,8 @@ pub struct Cfg {
     pub reconcile_grace_s: u64,
     /// More entries under `repos:` (indented as list items); [`REMOTE`] stands for the remote.
     pub extra_repos: String,
+    /// Run agents and suites under bubblewrap, the stub's counters shown through.
+    pub sandbox: bool,
 }
 
 impl Default for Cfg {
@@ -41,6 +43,7 @@ impl Default for Cfg {
             serial_gate: true,
             reconcile_grace_s: 1,
             extra_repos: String::new(),
+            sandbox: false,
         }
     }
 }
@@ -70,7 +73,7 @@ impl Sched {
         let yaml = format!(
             "state_dir: {state:?}\n\
 max_concurrency: {mc}\n\
-agent:\n  argv: [{stub:?}, \"--print\"]\n  inactivity_timeout_s: {inact}\n  usage_limit_backoff_s: {ulb}\n  max_attempts: {ma}\n\
+agent:\n  argv: [{stub:?}, \"--print\"]\n  inactivity_timeout_s: {inact}\n  usage_limit_backoff_s: {ulb}\n  max_attempts: {ma}\n  sandbox_writable: [{stub_state:?}]\n\
 scheduler:\n  reconcile_grace_s: {grace}\n  retry_backoff_s: 1\n\
 repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gate: {sg}\n    default_labels: [{labels}]\n{extra}",
             state = self.state_dir().display().to_string(),
@@ -78,6 +81,7 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gat
             stub = stub_agent().display().to_string(),
             inact = c.inactivity_timeout_s,
             ulb = c.usage_limit_backoff_s,
+            stub_state = self.stub_state().display().to_string(),
             ma = c.max_attempts,
             remote = self.remote.display().to_string(),
             sg = c.serial_gate,
@@ -88,6 +92,10 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gat
                 .replace(REMOTE, &self.remote.display().to_string()),
         );
         std::fs::write(&self.config, yaml).unwrap();
+        std::fs::create_dir_all(self.stub_state()).unwrap();
+        self.w
+            .sandbox
+            .store(c.sandbox, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `orch tick <args>` with the stub knobs in `env` (and only those).

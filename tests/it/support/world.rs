@@ -18,6 +18,9 @@ pub struct World {
     pub config: PathBuf,
     /// A scratch clone used to push commits to the remote.
     pub scratch: PathBuf,
+    /// Run agents and suites under bubblewrap (`ORCH_AGENT_SANDBOX`); off unless a test turns
+    /// it on.
+    pub sandbox: std::sync::atomic::AtomicBool,
 }
 
 /// What a finished process said.
@@ -143,7 +146,11 @@ impl World {
 
     /// One repo `shop` with the given extra YAML lines for that repo entry.
     pub fn with_repo_extra(extra: &str) -> World {
-        let dir = tempdir();
+        Self::in_dir(tempdir(), extra)
+    }
+
+    /// One repo `shop`, everything under `dir`.
+    pub fn in_dir(dir: super::TempDir, extra: &str) -> World {
         let remote = dir.path().join("remote.git");
         let out = Command::new("git")
             .args(["init", "-q", "--bare", "-b", "main"])
@@ -177,6 +184,7 @@ impl World {
             config,
             scratch,
             dir,
+            sandbox: std::sync::atomic::AtomicBool::new(false),
         };
         w.write_config(extra);
         w
@@ -251,6 +259,16 @@ impl World {
         c.arg("--config").arg(&self.config).args(args);
         c.env_remove("ORCH_CONFIG").env_remove("ORCH_STATE_DIR");
         c.env("ORCH_LOG", "warn");
+        // Worlds run their agents unconfined whatever the host has (the stub keeps counters in
+        // the world's directory); `tests/it/sandbox.rs` turns the sandbox on.
+        c.env(
+            "ORCH_AGENT_SANDBOX",
+            if self.sandbox.load(std::sync::atomic::Ordering::Relaxed) {
+                "bwrap"
+            } else {
+                "none"
+            },
+        );
         c
     }
 
