@@ -588,6 +588,62 @@ fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
     );
 }
 
+/// Two forge owners each had a repo `shop`; a status of `fork/shop` was recorded for (and could
+/// advance a task of) the configured `shop` of `team`, matched by the bare repo name.
+#[test]
+fn a_gitea_repo_is_matched_by_owner_and_name_not_by_its_bare_name() {
+    let w = world("");
+    // A second configured repo, `fork/shop` on the forge, listed before `team/shop`.
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    let fork = format!(
+        "repos:\n  - name: shop-fork\n    remote: {}\n    prefix: FORK\n    \
+         forge_repo: fork/shop\n    ci: {{mode: status}}\n",
+        w.remote.display()
+    );
+    std::fs::write(&w.config, text.replacen("repos:\n", &fork, 1)).unwrap();
+    let (wi, head) = in_development(&w, 23, "o-start");
+    let of = |full_name: &str| {
+        let mut v: Value = serde_json::from_slice(&status(&head, "success", "ok")).unwrap();
+        v["repository"]["full_name"] = json!(full_name);
+        serde_json::to_vec(&v).unwrap()
+    };
+
+    // `fork/shop` is `shop-fork`: recorded there, and the `shop` task does not move.
+    let v = expect(
+        &gitea(&w, "o-1", "status", &of("fork/shop")),
+        0,
+        "processed",
+    );
+    assert!(
+        v["reason"].as_str().unwrap().contains("in `shop-fork`"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage(&wi), "development", "{v:#}");
+    assert_eq!(
+        w.sql(&format!("SELECT repo FROM ci_status WHERE sha = '{head}'")),
+        "shop-fork"
+    );
+
+    // An owner orch does not know is ignored, whatever the repo is called.
+    let v = expect(&gitea(&w, "o-2", "status", &of("other/shop")), 0, "ignored");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`other/shop` is not configured"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage(&wi), "development");
+
+    // `team/shop` is `shop`: its task advances.
+    expect(
+        &gitea(&w, "o-3", "status", &of("team/shop")),
+        0,
+        "processed",
+    );
+    assert_eq!(w.stage(&wi), "review");
+}
+
 #[test]
 fn a_merged_pull_request_releases_the_merge_lease_held_for_its_branch() {
     let w = world("");

@@ -275,9 +275,14 @@ fn corpus() -> Vec<Body> {
         }),
         ("/description", &|v| v.is_null() || v.is_string()),
         ("/repository", &|_| false),
-        ("/repository/name", &|v| v == "shop"),
+        // The repo is matched by its full name (`owner/name`), so any name of the right shape
+        // still acts, and only `team/shop` as the full name does.
+        ("/repository/name", &|v| {
+            v.as_str().is_some_and(|s| line_of(s, 256))
+        }),
         ("/repository/full_name", &|v| {
-            v.is_null() || v.as_str().is_some_and(|s| line_of(s, 1024))
+            v.as_str()
+                .is_some_and(|s| s.eq_ignore_ascii_case("team/shop"))
         }),
         ("/repository/clone_url", &|v| {
             v.is_null() || v.as_str().is_some_and(|s| line_of(s, 1024))

@@ -74,11 +74,12 @@ pub fn signed_services(plane_secret_env: &str, gitea_secret_env: &str) -> String
     )
 }
 
-/// A world whose repo `shop` is Plane project [`PLANE_PROJECT`], with CI status gating
-/// development, and `services` (top-level YAML: the `tracker` and `forge` blocks).
+/// A world whose repo `shop` is Plane project [`PLANE_PROJECT`] and `team/shop` on the forge,
+/// with CI status gating development, and `services` (top-level YAML: the `tracker` and
+/// `forge` blocks).
 pub fn world(services: &str) -> World {
     let w = World::with_repo_extra(&format!(
-        "plane_project: {PLANE_PROJECT}\nci: {{mode: status}}"
+        "plane_project: {PLANE_PROJECT}\nforge_repo: team/shop\nci: {{mode: status}}"
     ));
     w.append_config(services);
     w
