@@ -206,6 +206,7 @@ mod tests {
             jobs::LIVE_JOBS_SQL,
             tasks::ACTIVE_TASKS_SQL,
             jobs::FINISHED_SINCE_SQL,
+            events::ACCEPTED_BODY_SQL,
         ] {
             let plan: Vec<String> = db
                 .conn()

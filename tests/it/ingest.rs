@@ -137,8 +137,16 @@ fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
     assert_eq!(before, after);
     assert_eq!(task_count(&w), "1");
 
-    // A new delivery of the same state change (Plane re-sends on every edit) is ignored.
-    let v = expect(&plane(&w, "d-7b", &body), 0, "ignored");
+    // A new delivery of the same state change (Plane re-sends on every edit, with a new
+    // `updated_at`) is ignored.
+    let again = plane_issue(
+        7,
+        "To Analyse",
+        "Add a health endpoint",
+        &["bug", "frontend"],
+    );
+    assert_ne!(again, body);
+    let v = expect(&plane(&w, "d-7b", &again), 0, "ignored");
     assert!(
         v["reason"].as_str().unwrap().contains("already started"),
         "{v:#}"
@@ -214,6 +222,58 @@ fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
         r.stdout.starts_with("rejected: plane delivery `sha256:"),
         "{r:?}"
     );
+}
+
+/// A signed body, once accepted, was acted on again when it was re-sent under a new delivery
+/// id, or none: the same issue was started twice. Its digest now dedups it for 7 days.
+#[test]
+fn an_accepted_body_re_sent_under_a_new_or_missing_id_is_a_duplicate() {
+    let w = world("");
+    let body = plane_issue(13, "To Analyse", "Once only", &[]);
+    expect(&plane(&w, "b-1", &body), 0, "processed");
+    // Cancelled, so a To Analyse that acted again would start a second task.
+    w.ok(&["cancel", "SHOP-13"], 0);
+    assert_eq!(task_count(&w), "1");
+
+    let v = expect(&plane(&w, "b-2", &body), 0, "duplicate");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("same body") && reason.contains("event 1"),
+        "{v:#}"
+    );
+    // Without a delivery id (the id is then the body's own hash).
+    let unnamed: Vec<(&str, String)> = signed_headers("plane", "-", "issue", PLANE_SECRET, &body)
+        .into_iter()
+        .filter(|(n, _)| *n != "X-Plane-Delivery")
+        .collect();
+    let v = expect(
+        &ingest_env(&w, "plane", &unnamed, &body, &SECRETS),
+        0,
+        "duplicate",
+    );
+    assert!(
+        v["delivery_id"].as_str().unwrap().starts_with("sha256:"),
+        "{v:#}"
+    );
+    assert_eq!(task_count(&w), "1", "the issue was not started again");
+    // Rejected or duplicate rows of the body did not make it count twice: one accepted row.
+    assert_eq!(
+        w.sql("SELECT count(*) FROM events WHERE outcome = 'duplicate'"),
+        "2"
+    );
+
+    // Another source's body with the same bytes is not the same delivery.
+    let v = expect(&gitea(&w, "b-3", "issue", &body), 0, "ignored");
+    assert!(
+        !v["reason"].as_str().unwrap().contains("same body"),
+        "{v:#}"
+    );
+
+    // Older than 7 days, the body counts no more: it acts again.
+    w.sql("UPDATE events SET received_at = received_at - 8 * 86400");
+    let v = expect(&plane(&w, "b-4", &body), 0, "processed");
+    assert_eq!(v["work_item"], "SHOP-13", "{v:#}");
+    assert_eq!(task_count(&w), "2");
 }
 
 #[test]
