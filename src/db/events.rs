@@ -38,7 +38,7 @@ pub fn insert(c: &Connection, e: &NewEvent<'_>, now: Ts) -> Result<i64> {
             e.headers,
             e.body,
             e.outcome,
-            e.reason,
+            super::scrub(e.reason),
             e.work_item,
             e.body_size as i64,
             e.replay_of,

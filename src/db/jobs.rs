@@ -150,7 +150,7 @@ pub fn cancel_live(c: &Connection, task: TaskId, why: &str, now: Ts) -> Result<V
     c.execute(
         "UPDATE jobs SET status = 'cancelled', error = ?1, finished_at = ?2 \
          WHERE task_id = ?3 AND status IN ('queued', 'running')",
-        params![why, now, task.0],
+        params![super::scrub(why), now, task.0],
     )?;
     Ok(running)
 }
@@ -288,7 +288,7 @@ pub fn set_exit(
 ) -> Result<bool> {
     Ok(c.execute(
         "UPDATE jobs SET exit_code = ?1, error = ?2 WHERE id = ?3 AND status = 'running' AND attempts = ?4",
-        params![code, error, id.0, attempt],
+        params![code, error.map(super::scrub), id.0, attempt],
     )? == 1)
 }
 
@@ -304,7 +304,7 @@ pub fn finish(
     Ok(c.execute(
         "UPDATE jobs SET status = ?1, error = COALESCE(?2, error), finished_at = ?3 \
          WHERE id = ?4 AND status = 'running' AND attempts = ?5",
-        params![status.as_str(), error, now, id.0, attempt],
+        params![status.as_str(), error.map(super::scrub), now, id.0, attempt],
     )? == 1)
 }
 
@@ -323,7 +323,13 @@ pub fn requeue(
          attempts = attempts - ?3, supervisor_pid = NULL, supervisor_start = NULL, \
          supervisor_boot = NULL, agent_pgid = NULL, agent_start = NULL \
          WHERE id = ?4 AND status = 'running' AND attempts = ?5",
-        params![available_at, error, refund as i64, id.0, attempt],
+        params![
+            available_at,
+            super::scrub(error),
+            refund as i64,
+            id.0,
+            attempt
+        ],
     )? == 1)
 }
 
