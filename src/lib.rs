@@ -44,7 +44,7 @@ fn init_logging(global: &cli::Global) {
         });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(output::LogWriter)
         .with_target(false)
         .try_init();
 }

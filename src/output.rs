@@ -1,17 +1,25 @@
 //! The only writer to stdout: `--json` documents, comfy-table tables and plain lines. Errors go
-//! to stderr as one `error: …` line with the whole context chain.
+//! to stderr as one `error: …` line with the whole context chain, and log lines through
+//! [`LogWriter`].
+//!
+//! Everything written here passes through `domain::redact::redact_urls` first: a remote URL
+//! with credentials is configured text that comes back in errors, job rows and git's output,
+//! and this is the one door they all leave by (design §9: secrets are redacted in URLs).
 
 use std::io::Write;
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 
+use crate::domain::redact::redact_urls;
+
 /// Print one JSON document (the `--json` contract: one object on stdout).
 pub fn json<T: Serialize>(value: &T) {
     let mut out = std::io::stdout().lock();
     match serde_json::to_string_pretty(value) {
+        // The mask holds no character JSON escapes, so the document stays valid.
         Ok(s) => {
-            let _ = writeln!(out, "{s}");
+            let _ = writeln!(out, "{}", redact_urls(&s));
         }
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "error: cannot encode JSON output: {e}");
@@ -21,14 +29,14 @@ pub fn json<T: Serialize>(value: &T) {
 
 /// Print plain text lines.
 pub fn line(text: &str) {
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
+    let _ = writeln!(std::io::stdout().lock(), "{}", redact_urls(text));
 }
 
 /// Print a table; an empty table prints `empty` instead so the operator sees it ran.
 pub fn table(title: Option<&str>, headers: &[&str], rows: Vec<Vec<String>>, empty: &str) {
     let mut out = std::io::stdout().lock();
     if let Some(t) = title {
-        let _ = writeln!(out, "{t}");
+        let _ = writeln!(out, "{}", redact_urls(t));
     }
     if rows.is_empty() {
         let _ = writeln!(out, "  {empty}");
@@ -40,12 +48,62 @@ pub fn table(title: Option<&str>, headers: &[&str], rows: Vec<Vec<String>>, empt
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(headers.to_vec());
     for r in rows {
-        table.add_row(r);
+        // Cell by cell, so the columns are measured on what is shown.
+        table.add_row(r.iter().map(|c| redact_urls(c).into_owned()));
     }
     let _ = writeln!(out, "{table}");
 }
 
 /// Print an error chain on stderr.
 pub fn error(err: &anyhow::Error) {
-    let _ = writeln!(std::io::stderr().lock(), "error: {err:#}");
+    let text = format!("{err:#}");
+    let _ = writeln!(std::io::stderr().lock(), "error: {}", redact_urls(&text));
+}
+
+/// The writer of the log: stderr, with credentials in URLs masked. `tracing`'s fmt layer
+/// formats one event into a buffer and writes it whole, so each `write` is one complete line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogWriter;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> LogWriter {
+        LogWriter
+    }
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        write_masked(&mut std::io::stderr().lock(), buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// Write `buf` to `out` with credentials in URLs masked; all of `buf` counts as written. Text
+/// that is not UTF-8 is written lossily rather than dropped.
+fn write_masked(out: &mut impl Write, buf: &[u8]) -> std::io::Result<usize> {
+    let text = String::from_utf8_lossy(buf);
+    out.write_all(redact_urls(&text).as_bytes())?;
+    Ok(buf.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_line_is_written_whole_and_masked() {
+        let mut out = Vec::new();
+        let line = b"WARN alert: cloning https://u:t0ken@h/x.git failed\n";
+        assert_eq!(write_masked(&mut out, line).unwrap(), line.len());
+        assert_eq!(out, b"WARN alert: cloning https://***@h/x.git failed\n");
+        out.clear();
+        let odd = b"\xff https://u:t@h\n";
+        assert_eq!(write_masked(&mut out, odd).unwrap(), odd.len());
+        assert_eq!(String::from_utf8(out).unwrap(), "\u{fffd} https://***@h\n");
+    }
 }

@@ -17,6 +17,8 @@ pub struct NewEvent<'a> {
     pub body: &'a [u8],
     /// The size of the body as received (the stored one may be cut).
     pub body_size: usize,
+    /// `domain::webhook::body_digest` of the body as received.
+    pub body_sha256: &'a str,
     pub outcome: &'a str,
     pub reason: &'a str,
     pub work_item: Option<&'a str>,
@@ -26,8 +28,8 @@ pub struct NewEvent<'a> {
 pub fn insert(c: &Connection, e: &NewEvent<'_>, now: Ts) -> Result<i64> {
     c.execute(
         "INSERT INTO events (source, event, delivery_id, received_at, headers, body, outcome, \
-         reason, work_item, body_size, replay_of) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         reason, work_item, body_size, replay_of, body_sha256) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             e.source,
             e.event,
@@ -36,10 +38,11 @@ pub fn insert(c: &Connection, e: &NewEvent<'_>, now: Ts) -> Result<i64> {
             e.headers,
             e.body,
             e.outcome,
-            e.reason,
+            super::scrub(e.reason),
             e.work_item,
             e.body_size as i64,
-            e.replay_of
+            e.replay_of,
+            e.body_sha256
         ],
     )
     .with_context(|| format!("storing delivery `{}` in the inbox", e.delivery_id))?;
@@ -54,6 +57,26 @@ pub fn accepted(c: &Connection, source: &str, delivery_id: &str) -> Result<Optio
     )?
     .query_row(params![source, delivery_id], |r| r.get(0))
     .optional()?)
+}
+
+/// The lookup of [`accepted_body`], served by the partial index `events_body`.
+pub const ACCEPTED_BODY_SQL: &str = "SELECT id, delivery_id FROM events \
+    WHERE source = ?1 AND body_sha256 = ?2 AND received_at >= ?3 \
+    AND outcome IN ('processed', 'ignored') ORDER BY received_at, id LIMIT 1";
+
+/// The earliest accepted (`processed` or `ignored`) delivery of `source` with this body digest
+/// received at or after `since`: its id and delivery id.
+pub fn accepted_body(
+    c: &Connection,
+    source: &str,
+    body_sha256: &str,
+    since: Ts,
+) -> Result<Option<(i64, String)>> {
+    Ok(c.prepare_cached(ACCEPTED_BODY_SQL)?
+        .query_row(params![source, body_sha256, since], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?)
 }
 
 /// One stored delivery, whole.
@@ -71,10 +94,12 @@ pub struct EventRow {
     pub reason: String,
     pub work_item: Option<String>,
     pub replay_of: Option<i64>,
+    /// The digest of the body as received (none on rows older than migration 5).
+    pub body_sha256: Option<String>,
 }
 
 const COLS: &str = "id, source, event, delivery_id, received_at, headers, body, body_size, \
-    outcome, reason, work_item, replay_of";
+    outcome, reason, work_item, replay_of, body_sha256";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     Ok(EventRow {
@@ -90,6 +115,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
         reason: r.get(9)?,
         work_item: r.get(10)?,
         replay_of: r.get(11)?,
+        body_sha256: r.get(12)?,
     })
 }
 
@@ -169,6 +195,7 @@ mod tests {
             headers: "{}",
             body: b"{}",
             body_size: 2,
+            body_sha256: "d1",
             outcome,
             reason: "r",
             work_item: None,
@@ -206,5 +233,57 @@ mod tests {
         let rejected = list(db.conn(), true, 200).unwrap();
         assert_eq!(rejected.len(), 1);
         assert_eq!(rejected[0].outcome, "rejected");
+    }
+
+    #[test]
+    fn an_accepted_body_counts_within_its_window_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("orch.db")).unwrap();
+        let body = |id, outcome, digest| NewEvent {
+            body_sha256: digest,
+            ..ev("plane", id, outcome)
+        };
+        db.write(|tx| {
+            insert(tx, &body("a", "rejected", "x"), 100)?;
+            insert(tx, &body("b", "duplicate", "x"), 110)?;
+            insert(tx, &body("c", "processed", "y"), 120)?;
+            insert(tx, &ev("gitea", "d", "processed"), 130)?;
+            Ok(())
+        })
+        .unwrap();
+        let c = db.conn();
+        assert_eq!(
+            accepted_body(c, "plane", "x", 0).unwrap(),
+            None,
+            "not accepted"
+        );
+        assert_eq!(
+            accepted_body(c, "plane", "d1", 0).unwrap(),
+            None,
+            "other source"
+        );
+        assert_eq!(
+            accepted_body(c, "plane", "y", 120).unwrap(),
+            Some((3, "c".into()))
+        );
+        assert_eq!(
+            accepted_body(c, "plane", "y", 121).unwrap(),
+            None,
+            "too old"
+        );
+        db.write(|tx| insert(tx, &body("e", "ignored", "x"), 140))
+            .unwrap();
+        assert_eq!(
+            accepted_body(c, "plane", "x", 0).unwrap(),
+            Some((5, "e".into()))
+        );
+        assert_eq!(
+            newest(c, "e", None)
+                .unwrap()
+                .unwrap()
+                .body_sha256
+                .as_deref(),
+            Some("x")
+        );
     }
 }

@@ -150,7 +150,7 @@ pub fn cancel_live(c: &Connection, task: TaskId, why: &str, now: Ts) -> Result<V
     c.execute(
         "UPDATE jobs SET status = 'cancelled', error = ?1, finished_at = ?2 \
          WHERE task_id = ?3 AND status IN ('queued', 'running')",
-        params![why, now, task.0],
+        params![super::scrub(why), now, task.0],
     )?;
     Ok(running)
 }
@@ -288,7 +288,7 @@ pub fn set_exit(
 ) -> Result<bool> {
     Ok(c.execute(
         "UPDATE jobs SET exit_code = ?1, error = ?2 WHERE id = ?3 AND status = 'running' AND attempts = ?4",
-        params![code, error, id.0, attempt],
+        params![code, error.map(super::scrub), id.0, attempt],
     )? == 1)
 }
 
@@ -304,7 +304,7 @@ pub fn finish(
     Ok(c.execute(
         "UPDATE jobs SET status = ?1, error = COALESCE(?2, error), finished_at = ?3 \
          WHERE id = ?4 AND status = 'running' AND attempts = ?5",
-        params![status.as_str(), error, now, id.0, attempt],
+        params![status.as_str(), error.map(super::scrub), now, id.0, attempt],
     )? == 1)
 }
 
@@ -323,7 +323,13 @@ pub fn requeue(
          attempts = attempts - ?3, supervisor_pid = NULL, supervisor_start = NULL, \
          supervisor_boot = NULL, agent_pgid = NULL, agent_start = NULL \
          WHERE id = ?4 AND status = 'running' AND attempts = ?5",
-        params![available_at, error, refund as i64, id.0, attempt],
+        params![
+            available_at,
+            super::scrub(error),
+            refund as i64,
+            id.0,
+            attempt
+        ],
     )? == 1)
 }
 
@@ -386,14 +392,64 @@ pub fn insert_agent_run(c: &Connection, r: &AgentRun<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The session id of the newest run of a job (to resume it on retry).
+/// The session id of the newest run of a job (to resume it on retry). It goes into the agent's
+/// argv, so a stored one that is not a valid id (a row written before ids were checked) is
+/// dropped with a warning, never returned.
 pub fn last_session(c: &Connection, id: JobId) -> Result<Option<String>> {
     use rusqlite::OptionalExtension;
-    Ok(c.query_row(
-        "SELECT session_id FROM agent_runs WHERE job_id = ? AND session_id IS NOT NULL \
+    let found: Option<String> = c
+        .query_row(
+            "SELECT session_id FROM agent_runs WHERE job_id = ? AND session_id IS NOT NULL \
              ORDER BY id DESC LIMIT 1",
-        [id.0],
-        |r| r.get(0),
-    )
-    .optional()?)
+            [id.0],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(found.filter(|s| {
+        let ok = crate::domain::agent::valid_session_id(s);
+        if !ok {
+            tracing::warn!(
+                "not resuming the stored session id `{}` of job {}: not a valid session id",
+                crate::domain::ids::printable(s),
+                id.0
+            );
+        }
+        ok
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::Db;
+
+    #[test]
+    fn a_stored_session_id_that_is_not_valid_is_never_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("orch.db")).unwrap();
+        let c = db.conn();
+        c.execute_batch(
+            "INSERT INTO tasks (id, work_item, base_work_item, repo, title, stage, branch, \
+             stage_entered_at, created_at, updated_at) \
+             VALUES (1, 'SHOP-1', 'SHOP-1', 'shop', 't', 'analysis', 'feature/SHOP-1-t', 0, 0, 0); \
+             INSERT INTO jobs (id, task_id, role, stage, repo, status, available_at, created_at) \
+             VALUES (1, 1, 'analyst', 'analysis', 'shop', 'running', 0, 0);",
+        )
+        .unwrap();
+        let run = |sid: Option<&str>| {
+            c.execute(
+                "INSERT INTO agent_runs (job_id, task_id, role, started_at, session_id) \
+                 VALUES (1, 1, 'analyst', 0, ?1)",
+                [sid],
+            )
+            .unwrap()
+        };
+        assert_eq!(last_session(c, JobId(1)).unwrap(), None);
+        run(Some("s-1"));
+        run(None);
+        assert_eq!(last_session(c, JobId(1)).unwrap().as_deref(), Some("s-1"));
+        // A row written before ids were checked.
+        run(Some("x; touch /tmp/orch-pwned"));
+        assert_eq!(last_session(c, JobId(1)).unwrap(), None);
+    }
 }

@@ -113,7 +113,7 @@ pub fn journal(
 ) -> Result<()> {
     c.execute(
         "INSERT INTO lessons (task_id, kind, detail, at) VALUES (?1, ?2, ?3, ?4)",
-        params![task.map(|t| t.0), kind, detail, now],
+        params![task.map(|t| t.0), kind, super::scrub(detail), now],
     )?;
     Ok(())
 }
@@ -132,7 +132,7 @@ pub fn open_breaker(c: &Connection, until: Ts, reason: &str) -> Result<()> {
     c.execute(
         "INSERT INTO breaker (id, open_until, reason) VALUES (1, ?1, ?2) \
          ON CONFLICT(id) DO UPDATE SET open_until = max(open_until, ?1), reason = ?2",
-        params![until, reason],
+        params![until, super::scrub(reason)],
     )?;
     Ok(())
 }
@@ -151,7 +151,7 @@ pub fn set_ci_status(
         "INSERT INTO ci_status (repo, sha, context, state, detail, updated_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(repo, sha, context) \
          DO UPDATE SET state = ?4, detail = ?5, updated_at = ?6",
-        params![repo, sha, context, state, detail, now],
+        params![repo, sha, context, state, super::scrub(detail), now],
     )?;
     Ok(())
 }

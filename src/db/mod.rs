@@ -119,6 +119,13 @@ impl Db {
 
 /// A text column parsed into one of the domain's types (a stage, a role, a history word…). An
 /// unknown word is a conversion error naming the column, never a silent default.
+/// Free text on its way into a column that is shown, logged or sent on (an error, a reason, a
+/// journal line, an outbound payload), with credentials in URLs masked (design §9). Every
+/// writer of such a column passes its text through here.
+pub(crate) fn scrub(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::domain::redact::redact_urls(text)
+}
+
 pub(crate) fn parse_col<T: std::str::FromStr>(
     r: &rusqlite::Row<'_>,
     idx: usize,
@@ -187,6 +194,47 @@ mod tests {
     }
 
     #[test]
+    fn free_text_is_stored_with_credentials_in_urls_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("orch.db")).unwrap();
+        let text = "cloning `https://user:t0ken@forge/x.git` failed";
+        db.write(|tx| {
+            misc::journal(tx, None, "k", text, 1)?;
+            misc::open_breaker(tx, 2, text)?;
+            misc::set_ci_status(tx, "shop", "a", "ci", "failure", text, 3)?;
+            outbox::insert(
+                tx,
+                "chat.message",
+                "telegram:1",
+                &format!("{{\"html\":\"{text}\"}}"),
+                "k1",
+                4,
+            )?;
+            Ok(())
+        })
+        .unwrap();
+        let stored: String = db
+            .conn()
+            .query_row(
+                "SELECT group_concat(t, '\n') FROM (SELECT detail AS t FROM lessons \
+                 UNION ALL SELECT reason FROM breaker UNION ALL SELECT detail FROM ci_status \
+                 UNION ALL SELECT payload FROM outbox)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(!stored.contains("t0ken"), "{stored}");
+        assert_eq!(
+            stored.matches("https://***@forge/x.git").count(),
+            4,
+            "{stored}"
+        );
+        let payload: serde_json::Value =
+            serde_json::from_str(stored.lines().last().unwrap()).unwrap();
+        assert!(payload["html"].is_string(), "the payload is still JSON");
+    }
+
+    #[test]
     fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("orch.db");
@@ -206,6 +254,7 @@ mod tests {
             jobs::LIVE_JOBS_SQL,
             tasks::ACTIVE_TASKS_SQL,
             jobs::FINISHED_SINCE_SQL,
+            events::ACCEPTED_BODY_SQL,
         ] {
             let plan: Vec<String> = db
                 .conn()

@@ -80,7 +80,14 @@ pub fn insert_ordered(
             "INSERT INTO outbox (kind, target, seq_key, payload, idem_key, status, attempts, \
              next_attempt_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6) \
              ON CONFLICT(idem_key) DO NOTHING",
-            params![kind, target, seq_key, payload_json, idem_key, now],
+            params![
+                kind,
+                target,
+                seq_key,
+                super::scrub(payload_json),
+                idem_key,
+                now
+            ],
         )
         .with_context(|| format!("queueing outbound `{kind}` to `{target}`"))?;
     Ok(n == 1)
@@ -171,7 +178,7 @@ pub fn complete(c: &Connection, id: i64, attempt: u32, result: &str, now: Ts) ->
     let n = c.execute(
         "UPDATE outbox SET status = 'done', result = ?1, done_at = ?2, last_error = NULL \
          WHERE id = ?3 AND status = 'pending' AND attempts = ?4",
-        params![result, now, id, attempt],
+        params![super::scrub(result), now, id, attempt],
     )?;
     Ok(n == 1)
 }
@@ -182,7 +189,7 @@ pub fn retry(c: &Connection, id: i64, attempt: u32, next_at: Ts, error: &str) ->
         "UPDATE outbox SET next_attempt_at = ?1, last_error = ?2, claimed_pid = NULL, \
          claimed_start = NULL, claimed_boot = NULL \
          WHERE id = ?3 AND status = 'pending' AND attempts = ?4",
-        params![next_at, error, id, attempt],
+        params![next_at, super::scrub(error), id, attempt],
     )?;
     Ok(n == 1)
 }
@@ -192,7 +199,7 @@ pub fn fail(c: &Connection, id: i64, attempt: u32, error: &str, now: Ts) -> Resu
     let n = c.execute(
         "UPDATE outbox SET status = 'failed', last_error = ?1, done_at = ?2 \
          WHERE id = ?3 AND status = 'pending' AND attempts = ?4",
-        params![error, now, id, attempt],
+        params![super::scrub(error), now, id, attempt],
     )?;
     Ok(n == 1)
 }
@@ -201,7 +208,7 @@ pub fn fail(c: &Connection, id: i64, attempt: u32, error: &str, now: Ts) -> Resu
 pub fn note(c: &Connection, id: i64, attempts_seen: u32, why: &str) -> Result<()> {
     c.execute(
         "UPDATE outbox SET last_error = ?1 WHERE id = ?2 AND status = 'pending' AND attempts = ?3",
-        params![why, id, attempts_seen],
+        params![super::scrub(why), id, attempts_seen],
     )?;
     Ok(())
 }

@@ -244,4 +244,14 @@ ALTER TABLE outbox ADD COLUMN claimed_pid INTEGER;
 ALTER TABLE outbox ADD COLUMN claimed_start INTEGER;
 ALTER TABLE outbox ADD COLUMN claimed_boot TEXT;
 "#,
+    // 5: webhook replays (design §8). Every inbox row keeps the digest of its body (hex SHA-256
+    // of the source, a NUL and the raw body); a body accepted in the last 7 days makes a re-sent
+    // copy a duplicate under any delivery id, or none. The digest lives on the inbox row rather
+    // than in a table of its own, so nothing needs pruning: older rows stay in the inbox and the
+    // lookup reads only the window. Rows from before this migration have none and never match.
+    r#"
+ALTER TABLE events ADD COLUMN body_sha256 TEXT;
+CREATE INDEX events_body ON events(source, body_sha256, received_at)
+    WHERE outcome IN ('processed', 'ignored');
+"#,
 ];

@@ -255,7 +255,7 @@ pub fn set_blocked(c: &Connection, id: TaskId, reason: Option<&str>, now: Ts) ->
     c.execute(
         "UPDATE tasks SET blocked_at = CASE WHEN ?1 IS NULL THEN NULL ELSE ?2 END, \
          blocked_reason = ?1, updated_at = ?2 WHERE id = ?3",
-        params![reason, now, id.0],
+        params![reason.map(super::scrub), now, id.0],
     )?;
     Ok(())
 }
@@ -264,7 +264,7 @@ pub fn set_held(c: &Connection, id: TaskId, reason: Option<&str>, now: Ts) -> Re
     c.execute(
         "UPDATE tasks SET held_at = CASE WHEN ?1 IS NULL THEN NULL ELSE ?2 END, \
          held_reason = ?1, updated_at = ?2 WHERE id = ?3",
-        params![reason, now, id.0],
+        params![reason.map(super::scrub), now, id.0],
     )?;
     Ok(())
 }

@@ -44,7 +44,7 @@ pub fn insert(c: &Connection, t: &NewTransition<'_>, now: Ts) -> Result<()> {
             t.to.as_str(),
             t.actor.as_str(),
             t.outcome.as_str(),
-            t.reason,
+            super::scrub(t.reason),
             now,
             t.overridden_verdict,
             t.artifact_sha256

@@ -1,6 +1,12 @@
 //! How an agent run is set up and read back (design §4.4), as pure functions: model and effort
-//! resolution with validation, the argv template, the agent's final `result` JSON, usage-limit
-//! detection and the retry backoff. Launching the process is `ext::proc`'s job.
+//! resolution with validation, the argv template, the agent's final `result` JSON (with its
+//! session id checked), usage-limit detection and the retry backoff. Launching the process is
+//! `ext::proc`'s job.
+//!
+//! What the agent prints is data, never an instruction: a decision reads only the structured
+//! fields of the CLI's `result` object (`is_error`, `subtype`, `terminal_reason`, `error`), never
+//! words in its text or in the output around it, and a value from it that will reach an argv is
+//! validated first.
 
 use serde_json::Value;
 
@@ -79,13 +85,30 @@ pub fn expand_argv(template: &[String], vars: &[(&str, Option<&str>)]) -> Vec<St
 pub struct AgentResult {
     pub is_error: bool,
     pub text: String,
+    /// A valid session id ([`valid_session_id`]); an invalid one is in `rejected_session_id`.
     pub session_id: Option<String>,
+    /// A `session_id` that failed [`valid_session_id`], escaped and cut for a warning; it is
+    /// never stored or passed on.
+    pub rejected_session_id: Option<String>,
     pub terminal_reason: Option<String>,
+    /// The API error type of a failed run (`error.type`, or `error` when it is a string), such
+    /// as `rate_limit_error`.
+    pub error_type: Option<String>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub cache_read_tokens: Option<i64>,
     pub cache_write_tokens: Option<i64>,
     pub cost_usd: Option<f64>,
+}
+
+/// A session id we pass back to the agent (`--resume {session_id}`): 1 to 128 characters of
+/// `[A-Za-z0-9_-]`, which a UUID and the CLI's ids are, not starting with `-` (it would be
+/// read as an option).
+pub fn valid_session_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Whether a stdout line is the final result object.
@@ -102,6 +125,7 @@ pub fn parse_result(line: &str) -> Option<AgentResult> {
         return None;
     }
     let usage = o.get("usage").and_then(Value::as_object);
+    let session = o.get("session_id").and_then(Value::as_str);
     let num = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_i64);
     Some(AgentResult {
         is_error: o.get("is_error").and_then(Value::as_bool).unwrap_or(false)
@@ -115,15 +139,24 @@ pub fn parse_result(line: &str) -> Option<AgentResult> {
             .chars()
             .take(2000)
             .collect(),
-        session_id: o
-            .get("session_id")
-            .and_then(Value::as_str)
-            .filter(|s| s.len() <= 200)
-            .map(String::from),
+        session_id: session.filter(|s| valid_session_id(s)).map(String::from),
+        rejected_session_id: match o.get("session_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if valid_session_id(s) => None,
+            Some(Value::String(s)) => Some(crate::domain::ids::printable(
+                &s.chars().take(64).collect::<String>(),
+            )),
+            Some(other) => Some(format!("a JSON {}", json_kind(other))),
+        },
         terminal_reason: o
             .get("terminal_reason")
             .and_then(Value::as_str)
             .map(String::from),
+        error_type: match o.get("error") {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Object(e)) => e.get("type").and_then(Value::as_str).map(String::from),
+            _ => None,
+        },
         input_tokens: num("input_tokens"),
         output_tokens: num("output_tokens"),
         cache_read_tokens: num("cache_read_input_tokens"),
@@ -132,12 +165,27 @@ pub fn parse_result(line: &str) -> Option<AgentResult> {
     })
 }
 
-/// A usage-limit answer: the result says `blocking_limit`, or the output says the usage limit
-/// was reached.
-pub fn is_usage_limit(result: Option<&AgentResult>, output_tail: &str) -> bool {
-    let said = |s: &str| s.to_ascii_lowercase().contains("usage limit reached");
-    result.is_some_and(|r| r.terminal_reason.as_deref() == Some("blocking_limit") || said(&r.text))
-        || said(output_tail)
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A usage-limit answer, from the CLI's structured result only: an error result whose
+/// `terminal_reason` is `blocking_limit` or whose API error type is `rate_limit_error`. The
+/// result's text and the output around it are the agent's words (data): an agent that prints
+/// "usage limit reached" has not hit one, and must not stop all dispatch.
+pub fn is_usage_limit(result: Option<&AgentResult>) -> bool {
+    result.is_some_and(|r| {
+        r.is_error
+            && (r.terminal_reason.as_deref() == Some("blocking_limit")
+                || r.error_type.as_deref() == Some("rate_limit_error"))
+    })
 }
 
 /// Retry delay after failed attempt `n` (1-based): `min(base · 2^(n−1), 1 h)` plus up to 10 %
@@ -235,9 +283,114 @@ mod tests {
         assert!(is_result_line(line));
         assert!(!is_result_line(r#"{"type":"assistant"}"#));
         assert!(parse_result("{not json").is_none());
-        let limit = r#"{"type":"result","subtype":"error","is_error":true,"result":"Claude AI usage limit reached|1","terminal_reason":"blocking_limit"}"#;
-        assert!(is_usage_limit(parse_result(limit).as_ref(), ""));
-        assert!(!is_usage_limit(parse_result(line).as_ref(), "all fine"));
+        assert_eq!(r.session_id.as_deref(), Some("s1"));
+    }
+
+    #[test]
+    fn only_the_structured_result_says_usage_limit() {
+        let limited = |line: &str| is_usage_limit(parse_result(line).as_ref());
+        for (line, want) in [
+            (
+                r#"{"type":"result","subtype":"error","is_error":true,"result":"Claude AI usage limit reached|1","terminal_reason":"blocking_limit"}"#,
+                true,
+            ),
+            (
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"result":"x","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+                true,
+            ),
+            (
+                r#"{"type":"result","is_error":true,"result":"x","error":"rate_limit_error"}"#,
+                true,
+            ),
+            // The same signal on a successful result is contradictory, not a limit.
+            (
+                r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","terminal_reason":"blocking_limit"}"#,
+                false,
+            ),
+            // An error of another kind.
+            (
+                r#"{"type":"result","subtype":"error","is_error":true,"result":"x","error":{"type":"overloaded_error"}}"#,
+                false,
+            ),
+            // The words, in a failed result's text, are the agent's: not a limit.
+            (
+                r#"{"type":"result","subtype":"error","is_error":true,"result":"Claude AI usage limit reached|1767225600","terminal_reason":"error"}"#,
+                false,
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":false,"result":"the usage limit reached its cap"}"#,
+                false,
+            ),
+            // Wrong types are no signal.
+            (
+                r#"{"type":"result","is_error":true,"result":"x","terminal_reason":["blocking_limit"],"error":{"type":7}}"#,
+                false,
+            ),
+        ] {
+            assert_eq!(limited(line), want, "{line}");
+        }
+        assert!(!is_usage_limit(None), "no result, no limit");
+    }
+
+    /// An agent that printed "usage limit reached" anywhere in its output opened the breaker
+    /// and stopped all dispatch; the output is data and no longer an input to the decision.
+    #[test]
+    fn free_text_in_the_output_does_not_trip_the_breaker() {
+        let failed = r#"{"type":"result","subtype":"error","is_error":true,"result":"stub analyst exit 1","terminal_reason":"error"}"#;
+        let tail = "Claude AI usage limit reached|1767225600\nUSAGE LIMIT REACHED\n";
+        assert!(!is_usage_limit(parse_result(failed).as_ref()));
+        // A result line inside the free text is no different: only the parsed result counts.
+        assert!(!is_usage_limit(
+            tail.lines().rev().find_map(parse_result).as_ref()
+        ));
+    }
+
+    #[test]
+    fn session_ids_are_checked_before_they_are_kept() {
+        for ok in [
+            "s1",
+            "0b7c8f5e-4d2a-4c1b-9e3f-1a2b3c4d5e6f",
+            "stub-SHOP-1-1796124995292053746-26448",
+            "A_b-9",
+        ] {
+            assert!(valid_session_id(ok), "{ok}");
+        }
+        let long = "a".repeat(129);
+        for bad in [
+            "",
+            "x; touch /tmp/orch-pwned",
+            "--help",
+            "a b",
+            "a/b",
+            "../x",
+            "$(id)",
+            "é",
+            "a\nb",
+            long.as_str(),
+        ] {
+            assert!(!valid_session_id(bad), "{bad:?}");
+            let line = serde_json::json!({"type": "result", "result": "ok", "session_id": bad})
+                .to_string();
+            let r = parse_result(&line).unwrap();
+            assert_eq!(r.session_id, None, "{bad:?}");
+            let shown = r.rejected_session_id.unwrap();
+            assert!(!shown.contains('\n'), "escaped for a log line: {shown}");
+        }
+        let r = parse_result(&format!(r#"{{"type":"result","session_id":"{long}"}}"#)).unwrap();
+        assert_eq!(
+            r.rejected_session_id.unwrap().len(),
+            64,
+            "cut for a log line"
+        );
+        assert!(valid_session_id(&"a".repeat(128)));
+        // Another JSON type is rejected too, and no session id is no warning.
+        let r = parse_result(r#"{"type":"result","session_id":42}"#).unwrap();
+        assert_eq!(
+            (r.session_id, r.rejected_session_id.as_deref()),
+            (None, Some("a JSON number"))
+        );
+        let r = parse_result(r#"{"type":"result","session_id":null}"#).unwrap();
+        assert_eq!((r.session_id, r.rejected_session_id), (None, None));
     }
 
     #[test]

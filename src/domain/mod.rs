@@ -13,6 +13,7 @@ pub mod ids;
 pub mod liveness;
 pub mod names;
 pub mod prompt;
+pub mod redact;
 pub mod runner;
 pub mod sandbox;
 pub mod stage;

@@ -215,6 +215,12 @@ fn finish_agent_run(
         }
     };
     let r = result.clone().unwrap_or_default();
+    if let Some(bad) = &r.rejected_session_id {
+        warn!(
+            "dropping the agent's session id `{bad}`: not 1 to 128 characters of \
+             `A-Za-z0-9_-`; it is neither stored nor resumed"
+        );
+    }
     ctx.db.write(|tx| {
         db::jobs::insert_agent_run(
             tx,
@@ -254,9 +260,9 @@ fn finish_agent_run(
             }
     ) && !result.as_ref().is_some_and(|r| r.is_error)
         && (result.is_some() || matches!(outcome.ending, Ending::Exited(0)));
-    // Only a run that did not succeed can be a usage-limit answer: a successful agent that
-    // merely mentions the phrase must not stop all dispatch.
-    if !ok && agent::is_usage_limit(result.as_ref(), &outcome.combined_tail) {
+    // Only a run that did not succeed can be a usage-limit answer, and only its structured
+    // result says so: what the agent printed is data, and must not stop all dispatch.
+    if !ok && agent::is_usage_limit(result.as_ref()) {
         let until = now + ctx.config.agent.usage_limit_backoff_s as i64;
         let why = format!("usage limit reached ({})", job.role);
         ctx.db.write(|tx| {

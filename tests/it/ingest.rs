@@ -137,8 +137,16 @@ fn a_signed_to_analyse_delivery_creates_and_starts_the_task_once() {
     assert_eq!(before, after);
     assert_eq!(task_count(&w), "1");
 
-    // A new delivery of the same state change (Plane re-sends on every edit) is ignored.
-    let v = expect(&plane(&w, "d-7b", &body), 0, "ignored");
+    // A new delivery of the same state change (Plane re-sends on every edit, with a new
+    // `updated_at`) is ignored.
+    let again = plane_issue(
+        7,
+        "To Analyse",
+        "Add a health endpoint",
+        &["bug", "frontend"],
+    );
+    assert_ne!(again, body);
+    let v = expect(&plane(&w, "d-7b", &again), 0, "ignored");
     assert!(
         v["reason"].as_str().unwrap().contains("already started"),
         "{v:#}"
@@ -214,6 +222,58 @@ fn wrong_missing_and_unconfigured_signatures_are_rejected_and_stored() {
         r.stdout.starts_with("rejected: plane delivery `sha256:"),
         "{r:?}"
     );
+}
+
+/// A signed body, once accepted, was acted on again when it was re-sent under a new delivery
+/// id, or none: the same issue was started twice. Its digest now dedups it for 7 days.
+#[test]
+fn an_accepted_body_re_sent_under_a_new_or_missing_id_is_a_duplicate() {
+    let w = world("");
+    let body = plane_issue(13, "To Analyse", "Once only", &[]);
+    expect(&plane(&w, "b-1", &body), 0, "processed");
+    // Cancelled, so a To Analyse that acted again would start a second task.
+    w.ok(&["cancel", "SHOP-13"], 0);
+    assert_eq!(task_count(&w), "1");
+
+    let v = expect(&plane(&w, "b-2", &body), 0, "duplicate");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("same body") && reason.contains("event 1"),
+        "{v:#}"
+    );
+    // Without a delivery id (the id is then the body's own hash).
+    let unnamed: Vec<(&str, String)> = signed_headers("plane", "-", "issue", PLANE_SECRET, &body)
+        .into_iter()
+        .filter(|(n, _)| *n != "X-Plane-Delivery")
+        .collect();
+    let v = expect(
+        &ingest_env(&w, "plane", &unnamed, &body, &SECRETS),
+        0,
+        "duplicate",
+    );
+    assert!(
+        v["delivery_id"].as_str().unwrap().starts_with("sha256:"),
+        "{v:#}"
+    );
+    assert_eq!(task_count(&w), "1", "the issue was not started again");
+    // Rejected or duplicate rows of the body did not make it count twice: one accepted row.
+    assert_eq!(
+        w.sql("SELECT count(*) FROM events WHERE outcome = 'duplicate'"),
+        "2"
+    );
+
+    // Another source's body with the same bytes is not the same delivery.
+    let v = expect(&gitea(&w, "b-3", "issue", &body), 0, "ignored");
+    assert!(
+        !v["reason"].as_str().unwrap().contains("same body"),
+        "{v:#}"
+    );
+
+    // Older than 7 days, the body counts no more: it acts again.
+    w.sql("UPDATE events SET received_at = received_at - 8 * 86400");
+    let v = expect(&plane(&w, "b-4", &body), 0, "processed");
+    assert_eq!(v["work_item"], "SHOP-13", "{v:#}");
+    assert_eq!(task_count(&w), "2");
 }
 
 #[test]
@@ -586,6 +646,62 @@ fn gitea_status_success_on_the_head_advances_and_failure_rolls_back() {
         prompt.contains("ci/build") && prompt.contains("3 tests failed"),
         "the developer is told which check failed: {prompt}"
     );
+}
+
+/// Two forge owners each had a repo `shop`; a status of `fork/shop` was recorded for (and could
+/// advance a task of) the configured `shop` of `team`, matched by the bare repo name.
+#[test]
+fn a_gitea_repo_is_matched_by_owner_and_name_not_by_its_bare_name() {
+    let w = world("");
+    // A second configured repo, `fork/shop` on the forge, listed before `team/shop`.
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    let fork = format!(
+        "repos:\n  - name: shop-fork\n    remote: {}\n    prefix: FORK\n    \
+         forge_repo: fork/shop\n    ci: {{mode: status}}\n",
+        w.remote.display()
+    );
+    std::fs::write(&w.config, text.replacen("repos:\n", &fork, 1)).unwrap();
+    let (wi, head) = in_development(&w, 23, "o-start");
+    let of = |full_name: &str| {
+        let mut v: Value = serde_json::from_slice(&status(&head, "success", "ok")).unwrap();
+        v["repository"]["full_name"] = json!(full_name);
+        serde_json::to_vec(&v).unwrap()
+    };
+
+    // `fork/shop` is `shop-fork`: recorded there, and the `shop` task does not move.
+    let v = expect(
+        &gitea(&w, "o-1", "status", &of("fork/shop")),
+        0,
+        "processed",
+    );
+    assert!(
+        v["reason"].as_str().unwrap().contains("in `shop-fork`"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage(&wi), "development", "{v:#}");
+    assert_eq!(
+        w.sql(&format!("SELECT repo FROM ci_status WHERE sha = '{head}'")),
+        "shop-fork"
+    );
+
+    // An owner orch does not know is ignored, whatever the repo is called.
+    let v = expect(&gitea(&w, "o-2", "status", &of("other/shop")), 0, "ignored");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`other/shop` is not configured"),
+        "{v:#}"
+    );
+    assert_eq!(w.stage(&wi), "development");
+
+    // `team/shop` is `shop`: its task advances.
+    expect(
+        &gitea(&w, "o-3", "status", &of("team/shop")),
+        0,
+        "processed",
+    );
+    assert_eq!(w.stage(&wi), "review");
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod kill_matrix;
 mod leases;
 mod outbox;
 mod queue;
+mod redaction;
 mod runners;
 mod sandbox;
 mod scheduler;

@@ -533,6 +533,146 @@ fn usage_limit_opens_the_breaker_without_spending_an_attempt() {
     );
 }
 
+/// An agent that merely printed "usage limit reached" in its output (it is data, the model's
+/// or a tool's words) opened the breaker, stopped all dispatch for an hour and got its attempt
+/// back. Only the CLI's structured result says a limit was hit.
+#[test]
+fn an_agent_saying_usage_limit_reached_does_not_open_the_breaker() {
+    let w = Sched::new(Cfg {
+        max_attempts: 2,
+        usage_limit_backoff_s: 3600,
+        ..Cfg::default()
+    });
+    let wi = w.add("Talks about limits", &[]);
+    let env = [
+        ("STUB_EXIT", "analyst:1"),
+        ("STUB_SAY", "Claude AI usage limit reached|1767225600"),
+    ];
+    w.tick(&env);
+    let id = w.job(&wi, "analyst").unwrap().id;
+    wait_until(
+        &w,
+        "the failed attempt is recorded",
+        |w| {
+            w.job(&wi, "analyst")
+                .is_some_and(|j| j.status != "running" && j.attempts == 1)
+                && w.job_error(id).contains("exited with code 1")
+        },
+        Duration::from_secs(60),
+    );
+    let j = w.job(&wi, "analyst").unwrap();
+    assert_eq!(
+        (j.status.as_str(), j.attempts),
+        ("queued", 1),
+        "an ordinary failure: the attempt is spent and retried: {j:?}"
+    );
+    assert_eq!(
+        w.sql(&format!(
+            "SELECT count(*) FROM breaker WHERE open_until > {}",
+            crate::support::now()
+        )),
+        "0",
+        "the breaker stays closed"
+    );
+    let q = w.queue();
+    assert!(q["breaker"].is_null(), "{q:#}");
+}
+
+/// The agent's `session_id` went into the database and, on a retry, into the agent's argv
+/// (`--resume <id>`) unchecked. A hostile one is now dropped with a warning and never passed;
+/// a valid one still resumes.
+#[test]
+fn a_hostile_session_id_is_dropped_and_never_reaches_the_argv() {
+    let w = Sched::new(Cfg {
+        max_attempts: 3,
+        ..Cfg::default()
+    });
+    // The agent is a wrapper that logs its arguments, one run a line, then runs the stub.
+    let argv_log = w.dir.path().join("argv.log");
+    let wrapper = w.script(
+        "agent",
+        &format!(
+            "printf '%s\\n' \"$*\" >> {log:?}\nexec {stub:?} \"$@\"",
+            log = argv_log.display().to_string(),
+            stub = crate::support::stub_agent().display().to_string()
+        ),
+    );
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    let stub = format!(
+        "[{:?}, \"--print\"]",
+        crate::support::stub_agent().display().to_string()
+    );
+    assert!(text.contains(&stub), "{text}");
+    let text = text.replace(
+        &stub,
+        &format!(
+            "[{:?}, \"--print\", \"--resume\", \"{{session_id}}\"]",
+            wrapper.display().to_string()
+        ),
+    );
+    std::fs::write(&w.config, text).unwrap();
+    let wi = w.add("Resumes safely", &[]);
+    let hostile = "x; touch /tmp/orch-pwned";
+    let settled = |w: &Sched, n: usize| {
+        std::fs::read_to_string(&argv_log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= n
+            && w.job(&wi, "analyst").is_some_and(|j| j.status != "running")
+    };
+
+    // 1: fails, printing the hostile id: it is not stored.
+    tick_until(
+        &w,
+        &[("STUB_EXIT", "analyst:1"), ("STUB_SESSION_ID", hostile)],
+        |w| settled(w, 1),
+        DEADLINE,
+    );
+    // 2: nothing valid to resume, so no `--resume`; fails with a valid id.
+    tick_until(
+        &w,
+        &[("STUB_EXIT", "analyst:1")],
+        |w| settled(w, 2),
+        DEADLINE,
+    );
+    // 3: resumes that one, and succeeds.
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+
+    let argv = std::fs::read_to_string(&argv_log).unwrap();
+    let lines: Vec<&str> = argv.lines().collect();
+    assert_eq!(lines.len(), 3, "{argv}");
+    assert!(
+        !argv.contains("touch"),
+        "the hostile id reached the argv:\n{argv}"
+    );
+    assert_eq!(lines[0], "--print", "a first run has nothing to resume");
+    assert_eq!(lines[1], "--print", "the hostile id was not resumed");
+    let sessions = w.sql(&format!(
+        "SELECT coalesce(r.session_id, 'NULL') FROM agent_runs r JOIN tasks t ON t.id = r.task_id \
+         WHERE t.work_item = '{wi}' ORDER BY r.id"
+    ));
+    let sessions: Vec<&str> = sessions.lines().collect();
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    assert_eq!(sessions[0], "NULL", "the hostile id is not stored");
+    assert!(
+        sessions[1].starts_with(&format!("stub-{wi}-")),
+        "{sessions:?}"
+    );
+    assert_eq!(
+        lines[2],
+        format!("--print --resume {}", sessions[1]),
+        "a valid id is resumed"
+    );
+    let job = w.job(&wi, "analyst").unwrap();
+    let log =
+        std::fs::read_to_string(w.state_dir().join(format!("logs/job-{}.log", job.id))).unwrap();
+    assert!(
+        log.contains("WARN") && log.contains("session id"),
+        "the drop is logged: {log}"
+    );
+}
+
 #[test]
 fn serial_gate_pause_and_dependencies_change_the_claim_order() {
     let w = Sched::new(Cfg {

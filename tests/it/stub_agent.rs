@@ -381,6 +381,35 @@ fn usage_limit_for_the_first_n_runs_then_works() {
 }
 
 #[test]
+fn say_prints_a_line_and_session_id_is_escaped_into_the_result() {
+    let s = Sandbox::new();
+    let hostile = r#"a"b\c; rm -rf ~ $(id)"#;
+    let out = s.run(
+        "analyst",
+        "SHOP-7",
+        &[
+            ("STUB_SAY", "Claude AI usage limit reached|1767225600"),
+            ("STUB_SESSION_ID", hostile),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().next(),
+        Some("Claude AI usage limit reached|1767225600"),
+        "{stdout}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "the line said, then the result: {stdout}");
+    let r: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(r["session_id"], hostile, "{r}");
+    assert_eq!(r["is_error"], false, "saying it is not hitting it: {r}");
+    // A control character is refused, not printed.
+    let out = s.run("analyst", "SHOP-7", &[("STUB_SESSION_ID", "a\nb")]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+}
+
+#[test]
 fn result_line_is_claude_shaped_json() {
     let s = Sandbox::new();
     let mut inputs = Vec::new();

@@ -76,10 +76,12 @@ pub(super) fn opt_text(
 }
 
 /// A configured repo as the routing sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoEntry<'a> {
     pub name: &'a str,
     pub remote: &'a str,
     pub prefix: &'a str,
     pub plane_project: Option<&'a str>,
+    /// `owner/name` on the forge (`repos[].forge_repo`, else read from `remote`), when known.
+    pub forge: Option<String>,
 }

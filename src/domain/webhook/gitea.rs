@@ -195,26 +195,58 @@ pub fn gitea_event(v: &Value, header_event: Option<&str>) -> Result<GiteaEvent, 
     }
 }
 
-/// The configured repo a Gitea repository is: by name, else by clone or ssh URL == remote.
+/// The configured repo a Gitea repository is: its `full_name` (`owner/name`) against each
+/// repo's forge `owner/name` (Gitea's names are unique without regard to case), or, when the
+/// payload has no `full_name`, its clone or ssh URL against `remote`. Never the bare name: two
+/// owners may each have a repo of that name, and only one of them is ours.
 pub fn gitea_target(repo: &GiteaRepo, repos: &[RepoEntry<'_>]) -> Result<usize, String> {
     let norm = |s: &str| s.trim_end_matches('/').trim_end_matches(".git").to_string();
-    repos
-        .iter()
-        .position(|r| r.name == repo.name)
-        .or_else(|| {
-            repos.iter().position(|r| {
-                [&repo.clone_url, &repo.ssh_url]
-                    .into_iter()
-                    .flatten()
-                    .any(|u| norm(u) == norm(r.remote))
-            })
-        })
-        .ok_or_else(|| {
-            format!(
-                "repository `{}` is not configured (no `repos[].name` or remote matches it)",
-                printable(&repo.name)
-            )
-        })
+    let (what, found): (&str, Vec<usize>) = match &repo.full_name {
+        Some(full) => (
+            full,
+            repos
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| {
+                    r.forge
+                        .as_deref()
+                        .is_some_and(|f| f.eq_ignore_ascii_case(full))
+                })
+                .map(|(i, _)| i)
+                .collect(),
+        ),
+        None => (
+            &repo.name,
+            repos
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| {
+                    [&repo.clone_url, &repo.ssh_url]
+                        .into_iter()
+                        .flatten()
+                        .any(|u| norm(u) == norm(r.remote))
+                })
+                .map(|(i, _)| i)
+                .collect(),
+        ),
+    };
+    match found.as_slice() {
+        [i] => Ok(*i),
+        [] => Err(format!(
+            "repository `{}` is not configured (no `repos[].forge_repo`, or owner/name read from \
+             `remote`, matches its full name; without one, no `remote` matches its URL)",
+            printable(what)
+        )),
+        many => Err(format!(
+            "repository `{}` matches more than one configured repo ({}); give each its own \
+             `repos[].forge_repo`",
+            printable(what),
+            many.iter()
+                .map(|&i| format!("`{}`", repos[i].name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -311,24 +343,79 @@ mod tests {
         }
     }
 
-    #[test]
-    fn gitea_repos_match_by_name_or_remote() {
-        let repos = [RepoEntry {
-            name: "shop",
-            remote: "http://forge/team/shop.git",
+    fn entry<'a>(name: &'a str, remote: &'a str, forge: Option<&str>) -> RepoEntry<'a> {
+        RepoEntry {
+            name,
+            remote,
             prefix: "SHOP",
             plane_project: None,
-        }];
-        let mut r = GiteaRepo {
-            name: "shop".into(),
-            full_name: None,
-            clone_url: None,
+            forge: forge.map(String::from),
+        }
+    }
+
+    fn gitea_repo(name: &str, full_name: Option<&str>, clone_url: Option<&str>) -> GiteaRepo {
+        GiteaRepo {
+            name: name.into(),
+            full_name: full_name.map(String::from),
+            clone_url: clone_url.map(String::from),
             ssh_url: None,
-        };
-        assert_eq!(gitea_target(&r, &repos), Ok(0));
-        r.name = "Shop".into();
-        assert!(gitea_target(&r, &repos).is_err());
-        r.clone_url = Some("http://forge/team/shop".into());
-        assert_eq!(gitea_target(&r, &repos), Ok(0));
+        }
+    }
+
+    /// Two owners each had a repo `shop`; a status of `fork/shop` was recorded for the
+    /// configured `shop` of `team`, because the bare name matched first.
+    #[test]
+    fn gitea_repos_match_by_owner_and_name_never_by_the_bare_name() {
+        let repos = [
+            entry("shop", "/srv/git/shop.git", Some("team/shop")),
+            entry("shop-fork", "/srv/git/fork.git", Some("fork/shop")),
+            entry("web", "http://forge/team/web.git", None),
+        ];
+        // (payload name, full_name, clone_url) → the configured repo, or a reason naming it.
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            Result<usize, &'a str>,
+        );
+        let cases: [Case; 9] = [
+            ("shop", Some("team/shop"), None, Ok(0)),
+            ("shop", Some("fork/shop"), None, Ok(1)),
+            // Gitea's owner and repo names are unique without regard to case.
+            ("Shop", Some("Fork/Shop"), None, Ok(1)),
+            (
+                "shop",
+                Some("other/shop"),
+                None,
+                Err("`other/shop` is not configured"),
+            ),
+            // The bare name alone never picks a repo.
+            ("shop", None, None, Err("`shop` is not configured")),
+            ("web", None, None, Err("`web` is not configured")),
+            // Without a full name, the clone URL must be the configured remote.
+            ("web", None, Some("http://forge/team/web"), Ok(2)),
+            ("x", None, Some("http://forge/team/web.git/"), Ok(2)),
+            (
+                "web",
+                None,
+                Some("http://forge/other/web.git"),
+                Err("not configured"),
+            ),
+        ];
+        for (name, full, url, want) in cases {
+            let got = gitea_target(&gitea_repo(name, full, url), &repos);
+            match (got, want) {
+                (Ok(i), Ok(j)) => assert_eq!(i, j, "{name} {full:?} {url:?}"),
+                (Err(e), Err(why)) => assert!(e.contains(why), "{name} {full:?}: {e}"),
+                (got, want) => panic!("{name} {full:?} {url:?}: {got:?}, want {want:?}"),
+            }
+        }
+        // Two configured repos naming one forge repo: neither is picked.
+        let twice = [
+            entry("shop", "/a.git", Some("team/shop")),
+            entry("shop2", "/b.git", Some("team/shop")),
+        ];
+        let e = gitea_target(&gitea_repo("shop", Some("team/shop"), None), &twice).unwrap_err();
+        assert!(e.contains("more than one"), "{e}");
     }
 }

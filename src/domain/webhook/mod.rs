@@ -4,11 +4,11 @@
 //! validated events, plus the routing decisions over plain facts (which repo, which work item,
 //! which gesture).
 //!
-//! This file holds what both sources share: [`Source`], [`Outcome`], the delivery id, the size
-//! and signature check, header redaction. `fields` holds [`RepoEntry`] and the typed JSON field readers both parsers
-//! use. The
-//! Plane issue parse and its routing are in `plane`, the Gitea events and theirs in `gitea`;
-//! both are re-exported here, so callers name `domain::webhook::*` alone.
+//! This file holds what both sources share: [`Source`], [`Outcome`], the delivery id, the body
+//! digest a re-sent copy is recognised by, the size and signature check, header redaction.
+//! `fields` holds [`RepoEntry`] and the typed JSON field readers both parsers use. The Plane
+//! issue parse and its routing are in `plane`, the Gitea events and theirs in `gitea`; both are
+//! re-exported here, so callers name `domain::webhook::*` alone.
 //!
 //! Every field is validated before it is used: a payload that is well-formed JSON but not what
 //! we expect yields a reason to ignore it, never a panic. This module does not read the
@@ -116,7 +116,8 @@ impl Outcome {
         }
     }
 
-    /// Accepted deliveries are the ones a later delivery with the same id duplicates.
+    /// Accepted deliveries are the ones a later delivery duplicates: one with the same id, or,
+    /// within [`BODY_DEDUP_WINDOW_S`], one with the same body.
     pub fn accepted(self) -> bool {
         match self {
             Outcome::Processed | Outcome::Ignored => true,
@@ -163,6 +164,20 @@ pub fn delivery_id(source: Source, headers: &[(String, String)], body: &[u8]) ->
         Some(id) if valid_delivery_id(id) => id.to_string(),
         _ => format!("sha256:{}", hex::encode(Sha256::digest(body))),
     }
+}
+
+/// How long an accepted body makes a re-sent copy of it a duplicate, whatever its delivery id:
+/// 7 days (design §8). Senders retry within hours; older copies are rare and may be meant.
+pub const BODY_DEDUP_WINDOW_S: i64 = 7 * 24 * 3600;
+
+/// What a re-sent body is recognised by: the hex SHA-256 of the source's name, a NUL byte and
+/// the raw body, so the same bytes from the other source are another delivery.
+pub fn body_digest(source: Source, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(source.as_str().as_bytes());
+    h.update([0u8]);
+    h.update(body);
+    hex::encode(h.finalize())
 }
 
 /// An event name fit for the inbox (`issue`, `status`, `pull_request`): ≤ 64 characters of
@@ -462,6 +477,26 @@ mod tests {
                 && r.reason.contains("forge.webhook_secret_env"),
             "{}",
             r.reason
+        );
+    }
+
+    #[test]
+    fn body_digests_tell_sources_and_bodies_apart() {
+        let d = body_digest(Source::Plane, b"{}");
+        assert_eq!(d.len(), 64);
+        assert!(
+            d.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert_eq!(d, body_digest(Source::Plane, b"{}"), "stable");
+        assert_ne!(d, body_digest(Source::Gitea, b"{}"), "per source");
+        assert_ne!(d, body_digest(Source::Plane, b"{} "), "per byte");
+        // Not the bare body hash the delivery id falls back to.
+        assert_ne!(d, hex::encode(Sha256::digest(b"{}")));
+        // The NUL keeps the source and the body apart.
+        assert_ne!(
+            body_digest(Source::Plane, b"x"),
+            hex::encode(Sha256::digest(b"planex"))
         );
     }
 

@@ -377,12 +377,14 @@ mod tests {
                 remote: "/r/shop.git",
                 prefix: "SHOP",
                 plane_project: Some("p-1"),
+                forge: None,
             },
             RepoEntry {
                 name: "web",
                 remote: "/r/web.git",
                 prefix: "WEB",
                 plane_project: None,
+                forge: None,
             },
         ];
         let mut i = plane_issue(&plane(json!({"sequence_id": 7, "project": "p-1"})), None).unwrap();

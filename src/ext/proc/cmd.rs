@@ -22,6 +22,8 @@ use anyhow::{Context, Result};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::domain::redact::redact_urls;
+
 /// How many trailing lines of a failed command's output go into the error.
 pub const TAIL_LINES: usize = 20;
 
@@ -82,13 +84,14 @@ impl Output {
     }
 }
 
-/// The last `n` non-blank-trailing lines of `bytes`, lossily decoded.
+/// The last `n` non-blank-trailing lines of `bytes`, lossily decoded, credentials in URLs
+/// masked (a tail goes into errors, logs and the database).
 pub fn tail(bytes: &[u8], n: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let text = text.trim_end();
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(n);
-    lines[start..].join("\n")
+    redact_urls(&lines[start..].join("\n")).into_owned()
 }
 
 impl Cmd {
@@ -310,9 +313,11 @@ impl Cmd {
 }
 
 /// Quote one word the way a POSIX shell would read it back, but only when
-/// it needs it, so ordinary command lines stay readable.
+/// it needs it, so ordinary command lines stay readable. Credentials in a URL
+/// are masked first: a remote with a token is an argument of git.
 pub(super) fn quote(word: &OsStr) -> String {
     let text = word.to_string_lossy();
+    let text = redact_urls(&text);
     let plain = !text.is_empty()
         && text
             .chars()
@@ -478,6 +483,26 @@ mod tests {
         assert_eq!(
             cmd.display(),
             "git -C /tmp/x commit -m 'it'\\''s done' '' 'a\\u{a}b'"
+        );
+    }
+
+    /// A failed `git clone http://user:token@…` put the token in its error twice: in the
+    /// command line and in what the program said.
+    #[test]
+    fn a_failure_masks_credentials_in_the_command_line_and_the_tail() {
+        let cmd = Cmd::new("sh").args([
+            "-c",
+            "echo \"fatal: cannot reach $1\" >&2; exit 3",
+            "sh",
+            "https://user:t0ken@host/x.git",
+        ]);
+        assert!(!cmd.display().contains("t0ken"), "{}", cmd.display());
+        let e = format!("{:#}", cmd.checked().unwrap_err());
+        assert!(!e.contains("t0ken"), "{e}");
+        assert_eq!(
+            e.matches("https://***@host/x.git").count(),
+            2,
+            "both still name the remote: {e}"
         );
     }
 

@@ -224,23 +224,10 @@ fn first_cause(stderr: &str) -> &str {
         .unwrap_or("no output")
 }
 
-/// The remote for messages: a password in the URL, or an HTTP user name (often a token), is
-/// replaced by `***`.
+/// The remote for messages, its userinfo (a password, or an HTTP user name that is often a
+/// token) masked as everywhere else (`domain::redact`).
 fn redact_remote(remote: &str) -> String {
-    let Some((scheme, rest)) = remote.split_once("://") else {
-        return remote.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return remote.to_string();
-    };
-    let userinfo = &rest[..at];
-    let masked = match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None if scheme.starts_with("http") => "***".to_string(),
-        None => userinfo.to_string(),
-    };
-    format!("{scheme}://{masked}{}", &rest[at..])
+    crate::domain::redact::redact_urls(remote).into_owned()
 }
 
 /// The branch names in `git ls-remote --heads` output.
@@ -290,7 +277,7 @@ mod tests {
         for (remote, shown) in [
             (
                 "https://bot:s3cret@forge.example/x.git",
-                "https://bot:***@forge.example/x.git",
+                "https://***@forge.example/x.git",
             ),
             (
                 "https://ghp_token@forge.example/x.git",
@@ -298,7 +285,7 @@ mod tests {
             ),
             (
                 "ssh://git@forge.example/x.git",
-                "ssh://git@forge.example/x.git",
+                "ssh://***@forge.example/x.git",
             ),
             ("git@forge.example:x.git", "git@forge.example:x.git"),
             (
@@ -365,7 +352,7 @@ mod tests {
             "{}",
             c.detail
         );
-        assert!(c.detail.contains("bot:***@x y"), "{}", c.detail);
+        assert!(c.detail.contains("https://***@x y"), "{}", c.detail);
         assert!(!c.detail.contains("s3cret"), "{}", c.detail);
         assert!(!c.detail.contains("ok.example"), "{}", c.detail);
         let c = smoke_check("repo.shop.smoke".into(), "shop", &["http://ok.example/"]);

@@ -1,5 +1,5 @@
 //! One delivery from its raw bytes to its inbox row: the delivery id, the size and signature
-//! check, dedup against accepted deliveries, routing to `plane` or `gitea`, and the stored row
+//! check, dedup against accepted deliveries (same id, or same body within 7 days), routing to `plane` or `gitea`, and the stored row
 //! (headers redacted, a rejected body cut); `replay` re-drives a stored one; `events` lists them.
 
 use anyhow::{Context, Result, anyhow};
@@ -55,6 +55,8 @@ struct Delivery<'a> {
     headers_json: String,
     body: &'a [u8],
     body_size: usize,
+    /// The digest of the body as received (`webhook::body_digest`).
+    body_sha256: String,
     replay_of: Option<i64>,
 }
 
@@ -74,6 +76,7 @@ pub fn ingest(
         headers_json: headers_json(ctx, headers),
         body,
         body_size: body.len(),
+        body_sha256: webhook::body_digest(source, body),
         replay_of: None,
     };
     let (secret, allow_unsigned) = secret_of(ctx, source);
@@ -118,6 +121,11 @@ pub fn replay(ctx: &Ctx, delivery_id: &str, source: Option<Source>) -> Result<In
         headers_json: row.headers.clone(),
         body: &row.body,
         body_size: usize::try_from(row.body_size).unwrap_or(usize::MAX),
+        // A rejected body may be stored cut: its digest is the one taken when it came in.
+        body_sha256: row
+            .body_sha256
+            .clone()
+            .unwrap_or_else(|| webhook::body_digest(source, &row.body)),
         replay_of: Some(row.id),
     };
     let routed = match outcome {
@@ -188,6 +196,25 @@ fn route(ctx: &Ctx, d: &Delivery<'_>, dedup: bool) -> Result<Routed> {
             format!(
                 "delivery `{}` was already accepted (event {first})",
                 d.delivery_id
+            ),
+            None,
+        ));
+    }
+    // The same bytes under another delivery id (or none) are a re-sent copy, not a new event:
+    // every real event carries something of its own (a timestamp, an id).
+    if dedup
+        && let Some((first, first_id)) = db::events::accepted_body(
+            ctx.db.conn(),
+            d.source.as_str(),
+            &d.body_sha256,
+            ctx.now - webhook::BODY_DEDUP_WINDOW_S,
+        )?
+    {
+        return Ok(Routed::new(
+            Outcome::Duplicate,
+            format!(
+                "the same body was accepted as event {first} (delivery `{first_id}`) within \
+                 the last 7 days"
             ),
             None,
         ));
@@ -299,6 +326,7 @@ fn store(ctx: &Ctx, d: Delivery<'_>, r: Routed) -> Result<Ingested> {
                 headers: &d.headers_json,
                 body,
                 body_size: d.body_size,
+                body_sha256: &d.body_sha256,
                 outcome: r.outcome.as_str(),
                 reason: &reason,
                 work_item: r.work_item.as_deref(),

@@ -59,6 +59,7 @@ pub(super) fn repo_entries(ctx: &Ctx) -> Vec<RepoEntry<'_>> {
             remote: &r.remote,
             prefix: &r.prefix,
             plane_project: r.plane_project.as_deref(),
+            forge: r.forge().map(|f| f.full()),
         })
         .collect()
 }

@@ -37,8 +37,10 @@ pub fn stub_agent() -> PathBuf {
 }
 
 /// Every knob the stub agent understands; none may leak in from the environment of the tests.
-pub const STUB_KNOBS: [&str; 10] = [
+pub const STUB_KNOBS: [&str; 12] = [
     "STUB_SLEEP",
+    "STUB_SAY",
+    "STUB_SESSION_ID",
     "STUB_REQUEST_CHANGES_FIRST",
     "STUB_TEST_FAIL_FIRST",
     "STUB_EXIT",

@@ -1,6 +1,8 @@
 //! Webhook deliveries as Plane and Gitea send them: the HMAC-SHA256 signature, the headers of a
 //! signed delivery, Plane's issue payload, and a world that takes deliveries.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -39,8 +41,11 @@ pub fn signed_headers(
 }
 
 /// Plane's documented issue payload moving issue `seq` of [`PLANE_PROJECT`] to `state` (the
-/// state expanded as an object).
+/// state expanded as an object). Like Plane's, each payload carries its own `updated_at`, so two
+/// calls never give the same bytes (orch takes the same bytes again for a re-sent delivery).
 pub fn plane_issue(seq: u64, state: &str, name: &str, labels: &[&str]) -> Vec<u8> {
+    static EDITS: AtomicU64 = AtomicU64::new(0);
+    let edit = EDITS.fetch_add(1, Ordering::Relaxed);
     let labels: Vec<Value> = labels
         .iter()
         .enumerate()
@@ -59,7 +64,8 @@ pub fn plane_issue(seq: u64, state: &str, name: &str, labels: &[&str]) -> Vec<u8
             "state": {"id": "5e6f", "name": state, "color": "#60646C", "group": "unstarted"},
             "labels": labels,
             "description_stripped": "Customers want to know the shop is up.",
-            "priority": "none"
+            "priority": "none",
+            "updated_at": format!("2026-05-01T10:00:00.{edit:06}Z")
         },
         "activity": {"actor": {"id": "u-1", "display_name": "Ann"}}
     }))
@@ -74,11 +80,12 @@ pub fn signed_services(plane_secret_env: &str, gitea_secret_env: &str) -> String
     )
 }
 
-/// A world whose repo `shop` is Plane project [`PLANE_PROJECT`], with CI status gating
-/// development, and `services` (top-level YAML: the `tracker` and `forge` blocks).
+/// A world whose repo `shop` is Plane project [`PLANE_PROJECT`] and `team/shop` on the forge,
+/// with CI status gating development, and `services` (top-level YAML: the `tracker` and
+/// `forge` blocks).
 pub fn world(services: &str) -> World {
     let w = World::with_repo_extra(&format!(
-        "plane_project: {PLANE_PROJECT}\nci: {{mode: status}}"
+        "plane_project: {PLANE_PROJECT}\nforge_repo: team/shop\nci: {{mode: status}}"
     ));
     w.append_config(services);
     w
