@@ -397,12 +397,14 @@ fn malformed_requests_get_4xx_and_leave_the_server_serving() {
             b"POST /webhook/plane HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
             400,
         ),
+        // RFC 9112 §6.1: a coding list that does not end in chunked cannot be framed (400);
+        // one that does but holds another coding is not supported (501).
         (
-            b"POST /webhook/plane HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST /webhook/plane HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
             400,
         ),
         (
-            b"POST /webhook/plane HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"POST /webhook/plane HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             501,
         ),
         (
@@ -418,6 +420,27 @@ fn malformed_requests_get_4xx_and_leave_the_server_serving() {
         let r = raw(s.addr, req);
         assert_eq!(r.status, *want, "{}: {r:?}", String::from_utf8_lossy(req));
     }
+    // Content-Length and Transfer-Encoding together: the body is read as chunked alone and
+    // the connection is closed after the answer (RFC 9112 §6.1), so no second request can be
+    // smuggled in behind a length a proxy believed.
+    let mut c = connect(s.addr);
+    c.write_all(
+        b"POST /webhook/plane HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\
+          Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let resp = read_response(&mut r);
+    assert_eq!(resp.status, 401, "an empty, unsigned body: {resp:?}");
+    assert!(
+        resp.header("Connection").unwrap_or("").contains("close"),
+        "{resp:?}"
+    );
+    assert!(
+        closed_by_server(&mut r),
+        "the pipelined GET must not be answered"
+    );
+
     let huge = format!(
         "GET /health HTTP/1.1\r\nX-Big: {}\r\n\r\n",
         "a".repeat(20_000)
