@@ -17,7 +17,8 @@
 #
 # It is a report: it exits 0 whether or not the targets are met, and non-zero when a step or a
 # correctness check fails. State goes to a temp dir removed at exit unless --keep or --out DIR.
-# Needs cargo and python3; no network (only 127.0.0.1).
+# Needs cargo and python3; no network (only 127.0.0.1). The binary is taken from cargo's target
+# directory, so CARGO_TARGET_DIR is honoured.
 
 set -euo pipefail
 
@@ -29,7 +30,7 @@ OUT=""
 KEEP=0
 
 usage() {
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -65,7 +66,10 @@ fi
 
 echo "building the release binary..." >&2
 (cd "$ROOT" && cargo build --release --quiet)
-ORCH="$ROOT/target/release/orch"
+# Where cargo put it: honours CARGO_TARGET_DIR and a `build.target-dir` setting.
+TARGET_DIR="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+ORCH="$TARGET_DIR/release/orch"
 
 status=0
 if [[ ",$ONLY," == *",A,"* ]]; then

@@ -12,8 +12,8 @@ use crate::ctx::Ctx;
 use crate::ops::ingest::{self, Source};
 use crate::ops::queue;
 
-use super::http::Reply;
 use super::metrics::metrics;
+use super::reply::Reply;
 
 /// What a request asks for, once its method and path are known to be served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

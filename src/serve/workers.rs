@@ -3,8 +3,8 @@
 //! is a 503 at once; a panic while handling one request answers 500 and rebuilds that worker's
 //! context, so it never reaches another request.
 //!
-//! It does not read from the network (the connection threads of `connection` do, and wait here
-//! only for the answer) and does not decide what a route answers (that is `routes`).
+//! It does not touch the network (the exchanges of `connection` do, and await the answer without
+//! blocking) and does not decide what a route answers (that is `routes`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
@@ -15,7 +15,7 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::ctx::Ctx;
 
-use super::http::{Reply, internal_error};
+use super::reply::{Reply, internal_error};
 use super::routes::{self, Route};
 use super::shared::{Job, Msg};
 
