@@ -43,7 +43,7 @@ pub fn run(ctx: &mut Ctx, cmd: LeaseCmd) -> Result<Code> {
                     .iter()
                     .map(lease_out)
                     .collect(),
-                merge: lease::view(db::leases::merge_all(c)?, ctx.now)
+                merge: lease::view_merge(c, db::leases::merge_all(c)?, ctx.now)?
                     .iter()
                     .map(lease_out)
                     .collect(),

@@ -148,9 +148,14 @@ pub fn run(ctx: &mut Ctx, repo: Option<&str>) -> Result<Code> {
         .map(|l| ("transition", l))
         .chain(s.leases.merge.iter().map(|l| ("merge", l)))
         .map(|(kind, l)| {
+            let of = match (kind, &l.work_item) {
+                ("merge", Some(wi)) => format!("repo {}, held by {wi}", l.repo),
+                (_, Some(wi)) => wi.clone(),
+                (_, None) => l.repo.clone(),
+            };
             vec![
                 kind.to_string(),
-                l.work_item.clone().unwrap_or_else(|| l.repo.clone()),
+                of,
                 format!("{} pid {}", l.owner_kind, l.pid),
                 l.acquired_at.clone(),
                 l.liveness.clone(),

@@ -140,6 +140,105 @@ pub struct RepoCfg {
     pub default_labels: Vec<String>,
     #[serde(default)]
     pub agent: BTreeMap<String, RoleCfg>,
+    /// The secret scan of the `deploy-staging → deploy` edge (design §7.1); on by default
+    /// where `merge` is configured.
+    pub security: Option<SecurityCfg>,
+    /// The merge gate and the merge with its proof (design §7.1, §7.2).
+    pub merge: Option<MergeCfg>,
+    /// The coverage sub-gate and its ratchet (design §7.1); needs `merge`.
+    pub coverage: Option<CoverageCfg>,
+    /// The post-deploy watch (design §7.4).
+    pub post_deploy: Option<PostDeployCfg>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityCfg {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The scanner; exit 0 is PASS. `{range}` becomes `origin/<main>..HEAD`. Default: gitleaks
+    /// when installed, else orch's built-in scan of added lines.
+    #[serde(default)]
+    pub argv: Vec<String>,
+    #[serde(default = "default_security_timeout")]
+    pub timeout_s: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMode {
+    /// orch fast-forwards `origin/<main>` itself (a push with a lease on main's old sha).
+    #[default]
+    Git,
+    /// A pull request merged through the Gitea API.
+    Gitea,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeStyle {
+    Merge,
+    #[default]
+    Rebase,
+    Squash,
+}
+
+impl MergeStyle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeStyle::Merge => "merge",
+            MergeStyle::Rebase => "rebase",
+            MergeStyle::Squash => "squash",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeCfg {
+    #[serde(default)]
+    pub mode: MergeMode,
+    #[serde(default)]
+    pub style: MergeStyle,
+    /// A busy merge lease defers the job this long (no rollback).
+    #[serde(default = "default_merge_defer")]
+    pub defer_s: u64,
+    /// Gitea merge retries (transient answers, 409/422 while mergeable) before the task is held.
+    #[serde(default = "default_merge_retries")]
+    pub max_retries: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoverageCfg {
+    /// Prints the coverage percentage (the last `NN.N%` of its output, or a bare number on the
+    /// last line).
+    pub argv: Vec<String>,
+    pub floor: Option<f64>,
+    #[serde(default = "yes")]
+    pub ratchet: bool,
+    #[serde(default = "default_epsilon")]
+    pub epsilon: f64,
+    #[serde(default = "default_tests_timeout")]
+    pub timeout_s: u64,
+    #[serde(default = "yes")]
+    pub sandbox: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostDeployCfg {
+    pub urls: Vec<SmokeCfg>,
+    #[serde(default = "default_probe_interval")]
+    pub interval_s: u64,
+    #[serde(default = "default_probe_window")]
+    pub window_s: u64,
+    /// This many failed rounds in a row: DEGRADED.
+    #[serde(default = "default_fail_threshold")]
+    pub fail_threshold: u32,
+    /// More than this share of failed probes over the window: DEGRADED.
+    #[serde(default = "default_error_ratio")]
+    pub error_ratio: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -334,6 +433,30 @@ impl Default for GitCfg {
     }
 }
 
+pub(super) fn default_security_timeout() -> u64 {
+    600
+}
+pub(super) fn default_merge_defer() -> u64 {
+    60
+}
+pub(super) fn default_merge_retries() -> u32 {
+    5
+}
+pub(super) fn default_epsilon() -> f64 {
+    0.1
+}
+pub(super) fn default_probe_interval() -> u64 {
+    30
+}
+pub(super) fn default_probe_window() -> u64 {
+    600
+}
+pub(super) fn default_fail_threshold() -> u32 {
+    3
+}
+pub(super) fn default_error_ratio() -> f64 {
+    0.5
+}
 pub(super) fn default_launch_grace() -> u64 {
     60
 }
@@ -492,7 +615,17 @@ impl RepoCfg {
         Contracts {
             staging: self.staging.is_some(),
             deploy: self.deploy_mode() != DeployMode::None,
-            merge: false,
+            merge: self.merge.is_some(),
+            edge: self.security_enabled() || self.merge.is_some(),
+        }
+    }
+
+    /// Whether the secret scan runs on the `deploy-staging → deploy` edge: the `security`
+    /// block says so, and without one it runs wherever `merge` is configured.
+    pub fn security_enabled(&self) -> bool {
+        match &self.security {
+            Some(s) => s.enabled,
+            None => self.merge.is_some(),
         }
     }
 

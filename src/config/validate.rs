@@ -49,9 +49,18 @@ pub(super) fn validate(cfg: &Config) -> Result<()> {
     )?;
     at_least_one("git.timeout_s".into(), cfg.git.timeout_s)?;
     at_least_one("git.lock_timeout_s".into(), cfg.git.lock_timeout_s)?;
+    let agent_role = |key: String, role: &str| -> Result<()> {
+        match role.parse::<crate::domain::stage::Role>() {
+            Ok(r) if r.is_agent() => Ok(()),
+            Ok(r) => Err(bad(
+                key,
+                format!("`{r}` is run by orch itself, never by an agent"),
+            )),
+            Err(e) => Err(bad(key, e.to_string())),
+        }
+    };
     for (role, rc) in cfg.agent.roles.iter() {
-        role.parse::<crate::domain::stage::Role>()
-            .map_err(|e| bad(format!("agent.roles.{role}"), e.to_string()))?;
+        agent_role(format!("agent.roles.{role}"), role)?;
         if let Some(t) = rc.timeout_s {
             at_least_one(format!("agent.roles.{role}.timeout_s"), t)?;
         }
@@ -123,6 +132,75 @@ pub(super) fn validate(cfg: &Config) -> Result<()> {
                 return Err(bad(key("staging.timeout_s"), "must be at least 1".into()));
             }
         }
+        if let Some(c) = &r.coverage {
+            if r.merge.is_none() {
+                return Err(bad(
+                    key("coverage"),
+                    "needs `merge`: the baseline moves only after a proven merge".into(),
+                ));
+            }
+            if c.argv.is_empty() {
+                return Err(bad(
+                    key("coverage.argv"),
+                    "must name a program to run".into(),
+                ));
+            }
+            if c.floor.is_some_and(|f| !(0.0..=100.0).contains(&f)) {
+                return Err(bad(key("coverage.floor"), "must be within 0..100".into()));
+            }
+            if c.epsilon.is_nan() || c.epsilon < 0.0 {
+                return Err(bad(key("coverage.epsilon"), "must be 0 or more".into()));
+            }
+            at_least_one(key("coverage.timeout_s"), c.timeout_s)?;
+        }
+        if let Some(sec) = &r.security {
+            if sec.argv.first().is_some_and(|a| a.trim().is_empty()) {
+                return Err(bad(
+                    key("security.argv"),
+                    "must name a program to run".into(),
+                ));
+            }
+            at_least_one(key("security.timeout_s"), sec.timeout_s)?;
+        }
+        if let Some(m) = &r.merge
+            && m.mode == MergeMode::Gitea
+            && cfg.gitea().is_none()
+        {
+            return Err(bad(
+                key("merge.mode"),
+                "is `gitea` but there is no `forge: {kind: gitea, base_url: …}` block".into(),
+            ));
+        }
+        if let Some(p) = &r.post_deploy {
+            if p.urls.is_empty() {
+                return Err(bad(
+                    key("post_deploy.urls"),
+                    "must list at least one URL".into(),
+                ));
+            }
+            at_least_one(key("post_deploy.interval_s"), p.interval_s)?;
+            at_least_one(key("post_deploy.fail_threshold"), p.fail_threshold.into())?;
+            if p.window_s < p.interval_s {
+                return Err(bad(
+                    key("post_deploy.window_s"),
+                    "must be at least interval_s".into(),
+                ));
+            }
+            if !(0.0..=1.0).contains(&p.error_ratio) {
+                return Err(bad(
+                    key("post_deploy.error_ratio"),
+                    "must be within 0..1".into(),
+                ));
+            }
+            for (j, u) in p.urls.iter().enumerate() {
+                if !(u.url.starts_with("http://") || u.url.starts_with("https://")) {
+                    return Err(bad(
+                        key(&format!("post_deploy.urls[{j}].url")),
+                        "must be an http:// or https:// URL".into(),
+                    ));
+                }
+            }
+        }
         if let Some(d) = &r.deploy
             && d.mode == DeployMode::Hook
             && d.argv.is_empty()
@@ -133,8 +211,7 @@ pub(super) fn validate(cfg: &Config) -> Result<()> {
             ));
         }
         for (role, rc) in &r.agent {
-            role.parse::<crate::domain::stage::Role>()
-                .map_err(|e| bad(key(&format!("agent.{role}")), e.to_string()))?;
+            agent_role(key(&format!("agent.{role}")), role)?;
             if let Some(t) = rc.timeout_s {
                 at_least_one(key(&format!("agent.{role}.timeout_s")), t)?;
             }

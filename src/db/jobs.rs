@@ -120,11 +120,12 @@ pub fn supersede_queued(c: &Connection, task: TaskId, stage: Stage, now: Ts) -> 
 }
 
 /// Queued jobs whose task is finished (`done` or `cancelled`): `(job, task)`. Such a job can
-/// never run; the tick cancels it.
+/// never run; the tick cancels it. The post-deploy watch of a `done` task is not one of them.
 pub fn queued_of_finished(c: &Connection) -> Result<Vec<(JobId, TaskId)>> {
     let mut stmt = c.prepare_cached(
         "SELECT j.id, j.task_id FROM jobs j JOIN tasks t ON t.id = j.task_id \
-         WHERE j.status = 'queued' AND t.stage IN ('done', 'cancelled')",
+         WHERE j.status = 'queued' AND t.stage IN ('done', 'cancelled') \
+         AND NOT (j.role = 'monitor' AND t.stage = 'done')",
     )?;
     let rows = stmt
         .query_map([], |r| Ok((JobId(r.get(0)?), TaskId(r.get(1)?))))?
@@ -416,6 +417,15 @@ pub fn last_session(c: &Connection, id: JobId) -> Result<Option<String>> {
         }
         ok
     }))
+}
+
+/// A running job's progress note (`orch why` shows it: "merge retry 2/5: …").
+pub fn set_note(c: &Connection, id: JobId, note: &str) -> Result<()> {
+    c.execute(
+        "UPDATE jobs SET error = ?1 WHERE id = ?2 AND status = 'running'",
+        params![super::scrub(note), id.0],
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

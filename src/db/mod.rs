@@ -10,6 +10,7 @@ pub mod leases;
 pub mod metrics;
 pub mod misc;
 pub mod outbox;
+pub mod release;
 mod schema;
 pub mod tasks;
 pub mod transitions;

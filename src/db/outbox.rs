@@ -239,6 +239,15 @@ pub fn get(c: &Connection, id: i64) -> Result<Option<OutboxRow>> {
     )
 }
 
+/// The row with this idempotency key.
+pub fn by_key(c: &Connection, idem_key: &str) -> Result<Option<OutboxRow>> {
+    Ok(
+        c.prepare_cached(&format!("SELECT {COLS} FROM outbox WHERE idem_key = ?"))?
+            .query_row([idem_key], from_row)
+            .optional()?,
+    )
+}
+
 // ------------------------------------------------------------------------- tracker states
 
 /// One cached state of a tracker project.

@@ -254,4 +254,26 @@ ALTER TABLE events ADD COLUMN body_sha256 TEXT;
 CREATE INDEX events_body ON events(source, body_sha256, received_at)
     WHERE outcome IN ('processed', 'ignored');
 "#,
+    // 6: the last mile (design §7). One row per release step of one visit of a stage (`visit` is
+    // the history row that entered it): the security scan, the merge gate, coverage, the deploy
+    // hook (`initiated` before the hook starts, its outcome after) and the merge with its proof.
+    // The gates read these rows, never the reports alone, and a re-drive reads them to never
+    // repeat an irreversible step. A merge lease may be held by a task across jobs.
+    r#"
+CREATE TABLE release_steps (
+    id      INTEGER PRIMARY KEY,
+    task_id INTEGER NOT NULL REFERENCES tasks(id),
+    visit   INTEGER NOT NULL,
+    stage   TEXT NOT NULL,
+    step    TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    sha     TEXT,
+    value   REAL,
+    detail  TEXT NOT NULL DEFAULT '',
+    job_id  INTEGER,
+    at      INTEGER NOT NULL,
+    UNIQUE (task_id, visit, step)
+);
+CREATE INDEX release_steps_proof ON release_steps(task_id) WHERE step = 'merge' AND status = 'pass';
+"#,
 ];

@@ -121,7 +121,8 @@ pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
             ),
         );
     }
-    if t.stage.is_terminal() {
+    // A finished task's only job is its post-deploy watch.
+    if t.stage.is_terminal() && !(job.role == Role::Monitor && t.stage == Stage::Done) {
         return w(
             WaitReason::Blocked,
             format!("{} is already {}", t.work_item, t.stage),

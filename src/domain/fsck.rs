@@ -91,6 +91,8 @@ pub struct Facts {
     pub foreign_keys: Vec<String>,
     /// A dependency cycle, as work items in order.
     pub dependency_cycle: Option<Vec<String>>,
+    /// `done` tasks of repos with `merge` configured that have no proven merge (design §7.2).
+    pub done_without_proof: Vec<String>,
 }
 
 /// Every violation, in a stable order.
@@ -220,6 +222,16 @@ pub fn violations(f: &Facts) -> Vec<Violation> {
             path,
             format!("worktree `{path}` belongs to no task"),
             format!("`git -C {clone} worktree remove --force {path}`"),
+        ));
+    }
+    for wi in &f.done_without_proof {
+        out.push(v(
+            "done-without-merge-proof",
+            wi,
+            format!("`{wi}` is `done` but its merge into main was never proven"),
+            format!(
+                "check main for its code (`git merge-base --is-ancestor`); it may have reached `done` by an override (`orch report overrides`), or `orch task show {wi}`"
+            ),
         ));
     }
     if let Some(cycle) = &f.dependency_cycle {

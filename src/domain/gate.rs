@@ -4,7 +4,8 @@
 //! with compare-and-swap writes.
 
 use crate::domain::frontmatter::{self, Verdict};
-use crate::domain::stage::{ANALYSIS_FILES, GateKind, Stage, Track};
+use crate::domain::release::{Step, StepStatus};
+use crate::domain::stage::{ANALYSIS_FILES, GateKind, Role, Stage, Track};
 
 /// The marker recorded at stage entry when the verdict artifact (or the branch) did not exist.
 pub const ABSENT: &str = "absent";
@@ -56,6 +57,28 @@ pub struct GateFacts {
     pub entry_marker: Option<String>,
     /// Set when the repo has no contract for this stage: the gate passes with this reason.
     pub not_applicable: Option<&'static str>,
+    /// Set when the stage's own contract is absent but its release steps apply (design §7):
+    /// the stage's verdict passes with this reason and the release steps decide.
+    pub own_work_na: Option<&'static str>,
+    /// The release steps of this visit (`deploy-staging`, `deploy` of a repo that opts in).
+    pub release: Option<ReleaseFacts>,
+}
+
+/// One release step as recorded for this visit of the stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFact {
+    pub status: StepStatus,
+    pub detail: String,
+}
+
+/// The release steps the gate of `deploy-staging` or `deploy` looks at: per step, `None` when
+/// the repo does not configure it, `Some(None)` when it has not run in this visit.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseFacts {
+    pub security: Option<Option<StepFact>>,
+    pub merge_gate: Option<Option<StepFact>>,
+    pub coverage: Option<Option<StepFact>>,
+    pub merge: Option<Option<StepFact>>,
 }
 
 /// The gate's answer.
@@ -73,14 +96,82 @@ pub enum GateResult {
         reason: String,
         feedback: String,
     },
+    /// The stage's own work is done and a deterministic step of another role is due (a release
+    /// step, design §7): `orch advance` queues that role's job.
+    Pending {
+        why: String,
+        role: Role,
+    },
 }
 
 /// Evaluate the exit gate of `stage` over `facts`.
 pub fn evaluate(stage: Stage, facts: &GateFacts) -> GateResult {
-    let wi = &facts.work_item;
     if let Some(na) = facts.not_applicable {
         return GateResult::Pass(na.to_string());
     }
+    let own = match facts.own_work_na {
+        Some(na) => GateResult::Pass(na.to_string()),
+        None => own_gate(stage, facts),
+    };
+    match (own, &facts.release) {
+        (GateResult::Pass(why), Some(r)) => release_gate(stage, why, r),
+        (other, _) => other,
+    }
+}
+
+/// The release steps after the stage's own verdict passed (design §7.1, §7.2), in order; the
+/// first one not run is due, the first one failed rolls back.
+fn release_gate(stage: Stage, why: String, r: &ReleaseFacts) -> GateResult {
+    let steps: &[(&Option<Option<StepFact>>, Step, &str)] = match stage {
+        Stage::DeployStaging => &[
+            (&r.security, Step::Security, "security scan"),
+            (&r.merge_gate, Step::MergeGate, "merge gate"),
+            (&r.coverage, Step::Coverage, "coverage"),
+        ],
+        Stage::Deploy => &[(&r.merge, Step::Merge, "merge into main")],
+        _ => &[],
+    };
+    let mut passed = vec![why];
+    for (fact, step, label) in steps {
+        match fact {
+            None => {}
+            Some(None) => {
+                return GateResult::Pending {
+                    why: format!("{}; {label} not run yet", passed.join("; ")),
+                    role: Role::Releaser,
+                };
+            }
+            Some(Some(f)) => match f.status {
+                StepStatus::Pass => passed.push(format!("{label}: {}", first_line(&f.detail))),
+                StepStatus::Fail => {
+                    return GateResult::Fail {
+                        reason: format!(
+                            "{label} failed: {} (see `{}`)",
+                            first_line(&f.detail),
+                            step.file()
+                        ),
+                        feedback: f.detail.clone(),
+                    };
+                }
+                StepStatus::Initiated | StepStatus::Unproven => {
+                    return GateResult::Waiting(format!(
+                        "{label}: {} (a human decides)",
+                        first_line(&f.detail)
+                    ));
+                }
+            },
+        }
+    }
+    GateResult::Pass(passed.join("; "))
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// The stage's own exit gate (its verdict, approval, ADRs or CI).
+fn own_gate(stage: Stage, facts: &GateFacts) -> GateResult {
+    let wi = &facts.work_item;
     match stage.spec().gate {
         GateKind::Start => GateResult::Pass("pipeline started".into()),
         GateKind::Terminal => GateResult::NotSatisfied(format!("`{wi}` is already `{stage}`")),
@@ -370,16 +461,19 @@ pub struct Contracts {
     pub staging: bool,
     /// `deploy.mode` other than `none`.
     pub deploy: bool,
-    /// The merge capability of §7 (not available yet: `deploy → done` records so).
+    /// `merge` is configured: the merge and its proof are the work of `deploy` (design §7.2).
     pub merge: bool,
+    /// Release steps run on the `deploy-staging → deploy` edge (security, merge gate,
+    /// coverage): `deploy-staging` has work even without a staging contract.
+    pub edge: bool,
 }
 
 /// Whether `stage` is passed as "not applicable" for a repo with these contracts (design §3.1):
 /// no staging contract, or no deploy contract.
 pub fn not_applicable(stage: Stage, contracts: Contracts) -> Option<&'static str> {
     match stage {
-        Stage::DeployStaging => (!contracts.staging).then_some("staging N/A"),
-        Stage::Deploy => (!contracts.deploy).then_some("deploy N/A"),
+        Stage::DeployStaging => (!contracts.staging && !contracts.edge).then_some("staging N/A"),
+        Stage::Deploy => (!contracts.deploy && !contracts.merge).then_some("deploy N/A"),
         Stage::Created
         | Stage::Analysis
         | Stage::Architecture
@@ -517,6 +611,7 @@ mod tests {
         staging: false,
         deploy: false,
         merge: false,
+        edge: false,
     };
 
     #[test]
@@ -751,6 +846,7 @@ mod tests {
             staging: true,
             deploy: true,
             merge: false,
+            edge: false,
         };
         let p = forward(Stage::Testing, Track::Feature, "ok", c, None);
         assert_eq!(p.hops.len(), 1);
@@ -791,6 +887,7 @@ mod tests {
             staging: true,
             deploy: true,
             merge: false,
+            edge: false,
         };
         assert_eq!(not_applicable(Stage::DeployStaging, with), None);
     }

@@ -14,6 +14,7 @@ pub mod liveness;
 pub mod names;
 pub mod prompt;
 pub mod redact;
+pub mod release;
 pub mod runner;
 pub mod sandbox;
 pub mod stage;

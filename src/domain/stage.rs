@@ -31,6 +31,11 @@ pub enum Role {
     Reviewer,
     Tester,
     Deployer,
+    /// Deterministic: the release steps of design §7 (the `deploy-staging → deploy` sub-gates,
+    /// the merge and its proof on `deploy → done`). Never an agent.
+    Releaser,
+    /// Deterministic: the post-deploy watch of a `done` task (design §7.4). Never an agent.
+    Monitor,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,14 +196,21 @@ impl Stage {
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 8] = [
         Role::Analyst,
         Role::Architect,
         Role::Developer,
         Role::Reviewer,
         Role::Tester,
         Role::Deployer,
+        Role::Releaser,
+        Role::Monitor,
     ];
+
+    /// Whether this role may be an agent (the deterministic roles never are).
+    pub fn is_agent(self) -> bool {
+        !matches!(self, Role::Releaser | Role::Monitor)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -208,6 +220,8 @@ impl Role {
             Role::Reviewer => "reviewer",
             Role::Tester => "tester",
             Role::Deployer => "deployer",
+            Role::Releaser => "releaser",
+            Role::Monitor => "monitor",
         }
     }
 }

@@ -124,6 +124,70 @@ pub const ALL: &[(&str, &str)] = &[
         "ingest.after-route",
         "ingest: the delivery acted, before its inbox row is stored",
     ),
+    (
+        "release.after-security",
+        "releaser: the secret scan is recorded, before the merge gate",
+    ),
+    (
+        "release.scanner-running",
+        "releaser: an external secret scanner is running (its group recorded)",
+    ),
+    (
+        "release.merge-lease-taken",
+        "releaser: the merge lease is taken, before the fetch and rebase",
+    ),
+    (
+        "release.after-rebase",
+        "releaser: the branch is rebased in the worktree, before its push",
+    ),
+    (
+        "release.after-rebased-push",
+        "releaser: the rebased branch is pushed, before the re-test",
+    ),
+    (
+        "release.retest-running",
+        "releaser: the re-test suite is running (its group recorded)",
+    ),
+    (
+        "release.after-retest",
+        "releaser: the re-test ended, before the merge gate is recorded",
+    ),
+    (
+        "release.coverage-running",
+        "releaser: the coverage command is running (its group recorded)",
+    ),
+    (
+        "release.hook-initiated",
+        "deploy hook: `initiated` is committed, before the hook starts",
+    ),
+    (
+        "release.hook-running",
+        "deploy hook: the hook is running (its group recorded)",
+    ),
+    (
+        "release.after-hook",
+        "deploy hook: the hook exited, before its outcome is recorded",
+    ),
+    (
+        "release.after-hook-record",
+        "deploy hook: the outcome is recorded, before the deploy log",
+    ),
+    (
+        "release.before-merge",
+        "merge: main is fetched and the branch checked, before the merge",
+    ),
+    (
+        "release.before-forge-merge",
+        "merge: the forge merge is queued in the outbox, before the job waits for it",
+    ),
+    (
+        "release.after-merge",
+        "merge: main holds the merge, before the proof",
+    ),
+    (
+        "release.after-proof",
+        "merge: the proof is recorded, before the advance to done",
+    ),
 ];
 
 fn armed() -> &'static [String] {

@@ -81,6 +81,27 @@ pub struct PullRequest {
     pub created: bool,
 }
 
+/// A pull request as the merge step reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullState {
+    pub number: u64,
+    pub merged: bool,
+    /// Gitea's own judgement; `false` on a real conflict.
+    pub mergeable: bool,
+    pub merge_commit_sha: Option<String>,
+    pub head_sha: Option<String>,
+}
+
+/// What `merge_pull` was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeAnswer {
+    Merged,
+    /// 405, 408, 409, 422 or 5xx: worth another try while the pull request is mergeable.
+    Retry(String),
+    /// 403, 404 or another refusal: a human must look.
+    Refused(String),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deleted {
     Deleted,
@@ -125,6 +146,25 @@ struct RawPull {
     html_url: String,
     head: Option<RawRef>,
     base: Option<RawRef>,
+}
+
+#[derive(Deserialize)]
+struct RawHead {
+    #[serde(default)]
+    sha: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawPullState {
+    number: u64,
+    #[serde(default)]
+    merged: bool,
+    #[serde(default)]
+    mergeable: bool,
+    #[serde(default)]
+    merge_commit_sha: Option<String>,
+    #[serde(default)]
+    head: Option<RawHead>,
 }
 
 pub struct Gitea<'a> {
@@ -272,6 +312,88 @@ impl<'a> Gitea<'a> {
                 .ok_or_else(|| CallError::from_status(what, status, &answer)),
             _ => Err(CallError::from_status(what, status, &answer)),
         }
+    }
+
+    /// `GET /repos/{owner}/{repo}/pulls/{number}`.
+    pub fn pull(&self, repo: &ForgeRepo, number: u64) -> Result<PullState, CallError> {
+        let what = "read forge pull request";
+        let url = format!("{}/pulls/{number}", self.repo_url(repo)?);
+        let (status, body) = self.call(what, Method::Get, &url, None)?;
+        if !(200..300).contains(&status) {
+            return Err(CallError::from_status(what, status, &body));
+        }
+        let raw: RawPullState = serde_json::from_str(&body)
+            .map_err(|e| CallError::Permanent(format!("{what}: unexpected answer: {e}")))?;
+        let sha = |s: Option<String>| {
+            s.filter(|s| s.len() >= 7 && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        };
+        Ok(PullState {
+            number: raw.number,
+            merged: raw.merged,
+            mergeable: raw.mergeable,
+            merge_commit_sha: sha(raw.merge_commit_sha),
+            head_sha: sha(raw.head.and_then(|h| h.sha)),
+        })
+    }
+
+    /// `POST /repos/{owner}/{repo}/pulls/{number}/merge` with `Do: <style>` and the head the
+    /// merge must be of (`head_commit_id`: Gitea refuses when the branch moved).
+    pub fn merge_pull(
+        &self,
+        repo: &ForgeRepo,
+        number: u64,
+        style: &str,
+        head_sha: &str,
+    ) -> Result<MergeAnswer, CallError> {
+        let what = "merge forge pull request";
+        let url = format!("{}/pulls/{number}/merge", self.repo_url(repo)?);
+        let req = serde_json::json!({ "Do": style, "head_commit_id": head_sha }).to_string();
+        let (status, body) = match self.call(what, Method::Post, &url, Some(&req)) {
+            Ok(a) => a,
+            Err(CallError::Transient { message, .. }) => return Ok(MergeAnswer::Retry(message)),
+            Err(e) => return Err(e),
+        };
+        let said = |s: u16| {
+            format!(
+                "{what}: HTTP {s}: {}",
+                body.chars().take(200).collect::<String>()
+            )
+        };
+        Ok(match status {
+            200..=299 => MergeAnswer::Merged,
+            405 | 408 | 409 | 422 | 500..=599 => MergeAnswer::Retry(said(status)),
+            _ => MergeAnswer::Refused(said(status)),
+        })
+    }
+
+    /// The pull request of `branch` into `base` in any state (open, or merged already).
+    pub fn find_pr_any(
+        &self,
+        repo: &ForgeRepo,
+        branch: &str,
+        base: &str,
+    ) -> Result<Option<u64>, CallError> {
+        let what = "list forge pull requests";
+        let root = self.repo_url(repo)?;
+        for page in 1..=20 {
+            let url = format!("{root}/pulls?state=all&limit=50&page={page}");
+            let (status, body) = self.call(what, Method::Get, &url, None)?;
+            if !(200..300).contains(&status) {
+                return Err(CallError::from_status(what, status, &body));
+            }
+            let pulls: Vec<RawPull> = serde_json::from_str(&body)
+                .map_err(|e| CallError::Permanent(format!("{what}: unexpected answer: {e}")))?;
+            if let Some(p) = pulls.iter().rev().find(|p| {
+                p.head.as_ref().is_some_and(|h| h.name == branch)
+                    && p.base.as_ref().is_some_and(|b| b.name == base)
+            }) {
+                return Ok(Some(p.number));
+            }
+            if pulls.len() < 50 {
+                break;
+            }
+        }
+        Ok(None)
     }
 
     fn find_open_pr(

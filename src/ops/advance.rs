@@ -80,7 +80,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
             "`{}` is in `{}`, not `{}`",
             task.work_item, task.stage, s
         )),
-        (_, Some(r)) if task.stage.spec().role != Some(r) => Some(format!(
+        (_, Some(r)) if !works(task.stage, r) => Some(format!(
             "`{}` is in `{}`, which `{}` does not work",
             task.work_item, task.stage, r
         )),
@@ -176,6 +176,7 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
             }
             r
         }
+        GateResult::Pending { why, role } => apply_pending(ctx, &task, &why, role, req)?,
         GateResult::Pass(why) => apply_forward(ctx, &task, &repo, &view, &why, req)?,
         GateResult::Fail { reason, feedback } => {
             apply_failure(ctx, &task, &view, &reason, &feedback, req)?
@@ -307,6 +308,62 @@ fn apply_forward(
         dry_run: false,
         work_missing: None,
     })
+}
+
+/// The stage's own work is done and a deterministic step of `role` is due (a release step):
+/// queue that role's job unless one of that role is live already (the caller's, say).
+fn apply_pending(
+    ctx: &Ctx,
+    task: &TaskRow,
+    why: &str,
+    role: Role,
+    req: &Request,
+) -> Result<Report> {
+    let mut rep = Report {
+        work_item: task.work_item.clone(),
+        from: task.stage,
+        to: task.stage,
+        outcome: Outcome::NotSatisfied,
+        reason: format!(
+            "cannot advance `{}` from `{}` yet: {why}",
+            task.work_item, task.stage
+        ),
+        enqueued_job: None,
+        dry_run: req.dry_run,
+        work_missing: None,
+    };
+    if req.dry_run {
+        rep.reason.push_str(&format!("; would queue the {role}"));
+        return Ok(rep);
+    }
+    rep.enqueued_job = ctx.write(|ctx, tx| {
+        // The job that asks (a staging runner finishing) may still be running: only a live job
+        // of the due role makes another one unnecessary. The claim never runs two at once.
+        let live = db::jobs::of_task(tx, task.id)?.into_iter().any(|j| {
+            j.role == role
+                && matches!(
+                    j.status,
+                    crate::domain::stage::JobStatus::Queued
+                        | crate::domain::stage::JobStatus::Running
+                )
+        });
+        let job = if live {
+            None
+        } else {
+            Some(enqueue(ctx, tx, task, role, task.stage, None)?)
+        };
+        let note = match job {
+            Some(j) => format!("{why}; queued the {role} (job {})", j.0),
+            None => why.to_string(),
+        };
+        record_here(ctx, tx, task, req.actor, Outcome::NotSatisfied, &note)?;
+        Ok(job)
+    })?;
+    if let Some(j) = rep.enqueued_job {
+        rep.reason
+            .push_str(&format!("; queued the {role} as job {}", j.0));
+    }
+    Ok(rep)
 }
 
 fn lost(ctx: &Ctx, task: &TaskRow, req: &Request) -> Result<Report> {
@@ -563,6 +620,13 @@ fn override_to(
     })
 }
 
+/// Whether `role` works `stage`: its own role, or a deterministic one of the last mile (the
+/// releaser's steps of `deploy-staging` and `deploy`).
+fn works(stage: Stage, role: Role) -> bool {
+    stage.spec().role == Some(role)
+        || (role == Role::Releaser && matches!(stage, Stage::DeployStaging | Stage::Deploy))
+}
+
 /// A history reason with the caller's note (a runner's outcome class) appended.
 fn with_note(reason: &str, req: &Request) -> String {
     match &req.note {
@@ -576,5 +640,6 @@ fn gate_text(r: &GateResult) -> String {
         GateResult::Pass(s) => format!("pass: {s}"),
         GateResult::NotSatisfied(s) | GateResult::Waiting(s) => format!("not satisfied: {s}"),
         GateResult::Fail { reason, .. } => format!("fail: {reason}"),
+        GateResult::Pending { why, role } => format!("pending ({role}): {why}"),
     }
 }

@@ -45,6 +45,8 @@ pub fn builtin_prompt(role: Role) -> &'static str {
         Role::Reviewer => include_str!("../../commands/reviewer.md"),
         Role::Tester => include_str!("../../commands/tester.md"),
         Role::Deployer => include_str!("../../commands/deployer.md"),
+        // Deterministic roles: `ops::job` runs them itself and never reaches an agent.
+        Role::Releaser | Role::Monitor => "",
     }
 }
 
@@ -52,7 +54,12 @@ fn default_timeout(role: Role) -> u64 {
     match role {
         Role::Developer => 3600,
         Role::Reviewer => 3000,
-        Role::Analyst | Role::Architect | Role::Tester | Role::Deployer => 1800,
+        Role::Analyst
+        | Role::Architect
+        | Role::Tester
+        | Role::Deployer
+        | Role::Releaser
+        | Role::Monitor => 1800,
     }
 }
 
@@ -448,15 +455,5 @@ fn run_ci_command(
 }
 
 fn describe(e: &Ending) -> String {
-    match e {
-        Ending::Exited(c) => format!("exited with code {c}"),
-        Ending::Signalled(s) => format!("was killed by signal {s}"),
-        Ending::TimedOut => "timed out (wall clock)".into(),
-        Ending::Inactive => "was silent too long (inactivity timeout)".into(),
-        Ending::SpawnFailed(kind, msg) => format!("could not be started ({kind:?}): {msg}"),
-        Ending::MarkedDone { code } => match code {
-            Some(c) => format!("printed its result and exited with code {c}"),
-            None => "printed its result and lingered (its process group was killed)".into(),
-        },
-    }
+    e.describe()
 }

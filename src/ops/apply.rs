@@ -22,16 +22,19 @@ use crate::ops::notify;
 /// The role whose job is enqueued when `task` enters `stage`, if any. `deploy` with
 /// `require_confirm` waits for `orch confirm-deploy` (or the `auto-deploy` label) first.
 pub fn role_on_entry(stage: Stage, repo: &RepoCfg, task: &TaskRow) -> Option<Role> {
-    let role = stage.spec().role?;
-    if gate::not_applicable(stage, repo.contracts()).is_some() {
-        return None;
-    }
+    let contracts = repo.contracts();
     match stage {
+        // Done: the post-deploy watch of a repo that configures one (design §7.4).
+        Stage::Done => repo.post_deploy.is_some().then_some(Role::Monitor),
+        _ if gate::not_applicable(stage, contracts).is_some() => None,
+        // Without a staging contract the stage's work is the release steps alone.
+        Stage::DeployStaging if !contracts.staging => Some(Role::Releaser),
+        Stage::Deploy if !contracts.deploy => Some(Role::Releaser),
         Stage::Deploy => {
             let confirmed = !repo.require_confirm()
                 || task.has_label("auto-deploy")
                 || task.deploy_confirmed_at.is_some();
-            confirmed.then_some(role)
+            confirmed.then_some(Role::Deployer)
         }
         Stage::Created
         | Stage::Analysis
@@ -40,8 +43,7 @@ pub fn role_on_entry(stage: Stage, repo: &RepoCfg, task: &TaskRow) -> Option<Rol
         | Stage::Review
         | Stage::Testing
         | Stage::DeployStaging
-        | Stage::Done
-        | Stage::Cancelled => Some(role),
+        | Stage::Cancelled => stage.spec().role,
     }
 }
 
@@ -137,6 +139,12 @@ pub fn record_full(
         outcome,
         reason,
     };
+    // The merge lease is the task's from the merge gate until `done` or a rollback (design
+    // §7.1): any move out of the release stages gives it back, in the same transaction.
+    let releasing = |s: Stage| matches!(s, Stage::DeployStaging | Stage::Deploy);
+    if from != to && releasing(from) && !releasing(to) {
+        db::release::merge_release_of_task(tx, task.id)?;
+    }
     notify::on_transition(ctx, tx, task, &hop)
 }
 

@@ -96,7 +96,9 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
             work_item: task.work_item.clone(),
             started_at: j.started_at,
             supervisor_dead,
-            worktree_exists: git.worktree_dir(&task.repo, &task.base_work_item).is_dir(),
+            // The post-deploy watch works without one (the worktree goes once merged).
+            worktree_exists: j.role == crate::domain::stage::Role::Monitor
+                || git.worktree_dir(&task.repo, &task.base_work_item).is_dir(),
         });
     }
     for j in live.iter().filter(|j| j.status == JobStatus::Queued) {
@@ -128,11 +130,18 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
             last_job_finished_at: last.as_ref().and_then(|j| j.finished_at),
         });
     }
-    for (rows, merge) in [
-        (db::leases::transition_all(c)?, false),
-        (db::leases::merge_all(c)?, true),
-    ] {
-        for l in crate::ops::lease::view(rows, now) {
+    let views = [
+        (
+            crate::ops::lease::view(db::leases::transition_all(c)?, now),
+            false,
+        ),
+        (
+            crate::ops::lease::view_merge(c, db::leases::merge_all(c)?, now)?,
+            true,
+        ),
+    ];
+    for (rows, merge) in views {
+        for l in rows {
             let (what, release) = if merge {
                 (
                     format!("merge lease of repo `{}`", l.row.repo),
@@ -171,6 +180,13 @@ fn gather(ctx: &Ctx, c: &rusqlite::Connection) -> Result<(Facts, usize)> {
     let mut worktrees = 0;
     for repo in &ctx.config.repos {
         worktrees += orphans(c, &git, repo, &mut facts.orphan_worktrees)?;
+        if repo.merge.is_some() {
+            for (id, wi) in db::release::done_of_repo(c, &repo.name)? {
+                if db::release::proof(c, id)?.is_none() {
+                    facts.done_without_proof.push(wi);
+                }
+            }
+        }
     }
     let edges = db::misc::all_deps(c)?;
     for (i, &(from, to)) in edges.iter().enumerate() {

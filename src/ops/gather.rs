@@ -9,7 +9,10 @@ use crate::config::{CiMode, RepoCfg};
 use crate::ctx::Ctx;
 use crate::db;
 use crate::db::tasks::TaskRow;
-use crate::domain::gate::{ABSENT, Artifact, CiGate, CiState, GateFacts, missing_analysis_files};
+use crate::domain::gate::{
+    ABSENT, Artifact, CiGate, CiState, GateFacts, ReleaseFacts, StepFact, missing_analysis_files,
+};
+use crate::domain::release::Step;
 use crate::domain::stage::{ADR_DIR, GateKind, Stage};
 use crate::ext::git::{Git, RepoLock, RepoRef, Source};
 
@@ -187,6 +190,16 @@ pub fn facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, view: &GitView) -> Resul
     if f.not_applicable.is_some() {
         return Ok(f);
     }
+    let contracts = repo.contracts();
+    f.own_work_na = match task.stage {
+        Stage::DeployStaging if !contracts.staging => Some("staging N/A"),
+        Stage::Deploy if !contracts.deploy => Some("deploy N/A"),
+        _ => None,
+    };
+    f.release = release_facts(ctx, task, repo)?;
+    if f.own_work_na.is_some() {
+        return Ok(f);
+    }
     match task.stage.spec().gate {
         GateKind::Start | GateKind::Terminal => {}
         GateKind::AnalysisApproved => {
@@ -243,6 +256,46 @@ pub fn facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, view: &GitView) -> Resul
         }
     }
     Ok(f)
+}
+
+/// The release steps of this visit (design §7), for the stages and steps the repo configures.
+pub fn release_facts(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<ReleaseFacts>> {
+    let contracts = repo.contracts();
+    let applies = match task.stage {
+        Stage::DeployStaging => contracts.edge,
+        Stage::Deploy => contracts.merge,
+        _ => false,
+    };
+    if !applies {
+        return Ok(None);
+    }
+    let c = ctx.db.conn();
+    let rows = match db::release::visit_of(c, task.id, task.stage)? {
+        Some(v) => db::release::steps(c, task.id, v)?,
+        None => Vec::new(),
+    };
+    let find = |step: Step| {
+        rows.iter()
+            .rev()
+            .find(|r| r.step == step)
+            .map(|r| StepFact {
+                status: r.status,
+                detail: r.detail.clone(),
+            })
+    };
+    let on = |yes: bool, step: Step| yes.then(|| find(step));
+    Ok(Some(match task.stage {
+        Stage::DeployStaging => ReleaseFacts {
+            security: on(repo.security_enabled(), Step::Security),
+            merge_gate: on(repo.merge.is_some(), Step::MergeGate),
+            coverage: on(repo.coverage.is_some(), Step::Coverage),
+            merge: None,
+        },
+        _ => ReleaseFacts {
+            merge: on(true, Step::Merge),
+            ..ReleaseFacts::default()
+        },
+    }))
 }
 
 /// The combined status of a commit: any failure → failure; all success → success; else pending.

@@ -167,7 +167,10 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
 
 fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<JobReport> {
     let repo = ctx.repo_of(task)?.clone();
-    if task.stage != job.stage || task.stage.is_terminal() {
+    // The post-deploy watch is the one job of a finished task.
+    let watch = job.role == crate::domain::stage::Role::Monitor
+        && task.stage == crate::domain::stage::Stage::Done;
+    if task.stage != job.stage || (task.stage.is_terminal() && !watch) {
         // The task left the stage: the job is stale, its work would be a CAS no-op.
         ctx.db.write(|tx| {
             db::jobs::finish(
@@ -187,6 +190,19 @@ fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<Jo
             detail: format!("task is in `{}` now", task.stage),
             advance: None,
         });
+    }
+    // The last mile (design §7): deterministic release work, never an agent.
+    if let Some(work) = crate::ops::release::intercept(job.role, job.stage, &repo) {
+        return crate::ops::release::run(ctx, job, attempt, task, &repo, work);
+    }
+    if !job.role.is_agent() {
+        anyhow::bail!(
+            "job {} is a `{}` job at `{}`, which nothing runs for repo `{}`",
+            job.id.0,
+            job.role,
+            job.stage,
+            repo.name
+        );
     }
     // No LLM where the verdict is derivable from exit codes: a runner instead of an agent.
     if let Some(kind) = crate::ops::runner::intercept(job.role, job.stage, &repo) {

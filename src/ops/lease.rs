@@ -155,6 +155,51 @@ pub fn judge(row: &LeaseRow, now: Ts) -> Liveness {
     liveness::judge_lease(sys::is_live(&row.owner), row.expires_at, now)
 }
 
+/// Whether a merge lease row still counts as held (design §7.1): its holder task is in
+/// `deploy-staging` or `deploy` and not cancelled (a task holds it across its jobs, from the
+/// merge gate to `done` or a rollback), or its owner process lives.
+pub fn merge_held(c: &rusqlite::Connection, row: &LeaseRow) -> Result<bool> {
+    if let Some(t) = row.task_id {
+        let task = db::tasks::get(c, t)?;
+        if matches!(task.stage, Stage::DeployStaging | Stage::Deploy) && task.cancelled_at.is_none()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(sys::is_live(&row.owner).is_alive())
+}
+
+/// `judge` for a merge lease row: alive while its holder task holds it.
+pub fn judge_merge(c: &rusqlite::Connection, row: &LeaseRow, now: Ts) -> Result<Liveness> {
+    if row
+        .task_id
+        .map(|t| db::tasks::get(c, t))
+        .transpose()?
+        .is_some_and(|t| {
+            matches!(t.stage, Stage::DeployStaging | Stage::Deploy) && t.cancelled_at.is_none()
+        })
+    {
+        return Ok(Liveness::Alive);
+    }
+    Ok(judge(row, now))
+}
+
+/// `view` of merge lease rows, judged by `judge_merge`.
+pub fn view_merge(
+    c: &rusqlite::Connection,
+    rows: Vec<LeaseRow>,
+    now: Ts,
+) -> Result<Vec<LeaseView>> {
+    rows.into_iter()
+        .map(|row| {
+            Ok(LeaseView {
+                liveness: judge_merge(c, &row, now)?,
+                row,
+            })
+        })
+        .collect()
+}
+
 /// `orch lease release <WI> [--force]` and `--merge <repo>`: refuse a live owner unless forced.
 pub fn release(ctx: &crate::ctx::Ctx, target: ReleaseTarget<'_>, force: bool) -> Result<String> {
     use crate::error::{Code, exit, usage};
@@ -184,7 +229,10 @@ pub fn release(ctx: &crate::ctx::Ctx, target: ReleaseTarget<'_>, force: bool) ->
     let Some(row) = row else {
         return Ok(format!("{what} is not held; nothing to do"));
     };
-    let live = judge(&row, ctx.now);
+    let live = match target {
+        ReleaseTarget::Merge(_) => judge_merge(c, &row, ctx.now)?,
+        ReleaseTarget::Task(_) => judge(&row, ctx.now),
+    };
     if live == Liveness::Alive && !force {
         return Err(exit(
             Code::Busy,

@@ -17,6 +17,7 @@ pub mod lease;
 pub mod notify;
 pub mod outbox;
 pub mod queue;
+pub mod release;
 pub mod runner;
 pub mod show;
 pub mod task;

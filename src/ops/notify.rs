@@ -29,6 +29,8 @@ pub const PLANE_COMMENT: &str = "plane.comment";
 pub const CHAT_MESSAGE: &str = "chat.message";
 pub const FORGE_DELETE_BRANCH: &str = "forge.delete_branch";
 pub const GIT_DELETE_BRANCH: &str = "git.delete_branch";
+pub const FORGE_OPEN_PR: &str = "forge.open_pr";
+pub const FORGE_MERGE_PR: &str = "forge.merge_pr";
 
 /// One history row as `advance::record` wrote it (`id` is its row id).
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +129,7 @@ fn plane_cfg(ctx: &Ctx) -> Option<&ServiceCfg> {
 /// tasks linked to a tracker issue of a repo with a `plane_project`. Called by
 /// `advance::record` (and the override) inside their write transaction.
 pub fn on_transition(ctx: &Ctx, tx: &Connection, task: &TaskRow, hop: &Hop<'_>) -> Result<()> {
+    open_pr_early(ctx, tx, task, hop)?;
     if plane_cfg(ctx).is_none() {
         return Ok(());
     }
@@ -310,6 +313,77 @@ pub struct ChatPayload {
 
 /// Payload of `forge.delete_branch` (`repo` is `owner/name`) and `git.delete_branch` (`repo`
 /// is the configured repo name).
+/// The merge of a task's pull request (design §7.2), queued by its merge job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergePrPayload {
+    pub repo: String,
+    pub branch: String,
+    pub base: String,
+    /// `merge`, `rebase` or `squash`.
+    pub style: String,
+    /// The head the merge must be of (Gitea's `head_commit_id`).
+    pub head: String,
+    pub title: String,
+    pub work_item: String,
+    /// Transient failures tolerated before the row fails (`merge.max_retries`).
+    #[serde(default = "default_merge_retries")]
+    pub max_retries: u32,
+}
+
+fn default_merge_retries() -> u32 {
+    5
+}
+
+/// A pull request to open (or find) on the forge: the code of a task in review.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpenPrPayload {
+    pub repo: String,
+    pub branch: String,
+    pub base: String,
+    pub title: String,
+    pub body: String,
+}
+
+/// `merge.mode: gitea`: once development hands the code to review, its pull request is opened
+/// (design §7.2), so reviewers on the forge see it early; the merge later finds it.
+fn open_pr_early(ctx: &Ctx, tx: &Connection, task: &TaskRow, hop: &Hop<'_>) -> Result<()> {
+    if !(hop.from == Stage::Development && hop.to == Stage::Review) {
+        return Ok(());
+    }
+    let Some(repo) = ctx.config.repo(&task.repo) else {
+        return Ok(());
+    };
+    if !repo
+        .merge
+        .as_ref()
+        .is_some_and(|m| m.mode == crate::config::MergeMode::Gitea)
+    {
+        return Ok(());
+    }
+    let Some(fr) = repo.forge() else {
+        return Ok(());
+    };
+    let payload = OpenPrPayload {
+        repo: fr.full(),
+        branch: task.branch.clone(),
+        base: repo.main.clone(),
+        title: format!("{}: {}", task.base_work_item, task.title),
+        body: format!(
+            "Opened by orch for {} when its code went to review; orch merges it after the deploy.",
+            task.base_work_item
+        ),
+    };
+    db::outbox::insert(
+        tx,
+        FORGE_OPEN_PR,
+        &Target::new(Service::Gitea, fr.full()).to_string(),
+        &serde_json::to_string(&payload)?,
+        &format!("task{}:open-pr", task.id.0),
+        ctx.now,
+    )?;
+    Ok(())
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeleteBranchPayload {
     pub repo: String,

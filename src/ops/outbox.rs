@@ -19,7 +19,7 @@ use crate::config::ServiceCfg;
 use crate::ctx::Ctx;
 use crate::db::{self, outbox::CachedState, outbox::OutboxRow};
 use crate::domain::sandbox::{self, Service, Target, Verdict};
-use crate::ext::gitea::{Deleted, ForgeRepo, Gitea};
+use crate::ext::gitea::{Deleted, ForgeRepo, Gitea, MergeAnswer};
 use crate::ext::http::{CallError, Http};
 use crate::ext::plane::{Plane, Posted};
 use crate::ext::telegram::Telegram;
@@ -55,6 +55,19 @@ pub struct DrainReport {
 pub fn backoff_s(attempt: u32) -> i64 {
     let exp = attempt.saturating_sub(1).min(20);
     (30i64 << exp).min(3600)
+}
+
+/// The attempts a row gets and the pause after failed attempt `attempt`: the general policy,
+/// except the merge of a pull request, which a job is waiting on: `merge.max_retries` tries
+/// (from its payload) `min(2^n, 60)` seconds apart (design §7.2).
+fn retry_policy(row: &OutboxRow, attempt: u32) -> (u32, i64) {
+    if row.kind == notify::FORGE_MERGE_PR {
+        let max = serde_json::from_str::<notify::MergePrPayload>(&row.payload)
+            .map(|p| p.max_retries)
+            .unwrap_or(5);
+        return (max + 1, (1i64 << attempt.min(6)).min(60));
+    }
+    (MAX_ATTEMPTS, backoff_s(attempt))
 }
 
 /// Whether this process runs sandboxed (`ORCH_SANDBOX` in its environment).
@@ -129,7 +142,9 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
                 rep.refused += 1;
                 continue;
             }
-            if down.contains(&target.service) {
+            // A process that cannot read the service's token (a supervisor: it never holds
+            // one) leaves the row to one that can (the tick), without spending an attempt.
+            if down.contains(&target.service) || !token_here(ctx, target.service) {
                 rep.skipped += 1;
                 continue;
             }
@@ -163,15 +178,15 @@ fn drain_within(ctx: &Ctx, limit: usize, budget: Duration) -> Result<DrainReport
                     if unreachable {
                         down.insert(target.service);
                     }
-                    if attempt >= MAX_ATTEMPTS {
+                    let (cap, delay) = retry_policy(&row, attempt);
+                    if attempt >= cap {
                         let why = format!("gave up after {attempt} attempts: {message}");
                         warn!(target = %target, "outbox #{} `{}` failed: {why}", row.id, row.kind);
                         ctx.db
                             .write(|tx| db::outbox::fail(tx, row.id, attempt, &why, now))?;
                         rep.failed += 1;
                     } else {
-                        let delay =
-                            backoff_s(attempt).max(retry_after_s.unwrap_or(0).min(3600) as i64);
+                        let delay = delay.max(retry_after_s.unwrap_or(0).min(3600) as i64);
                         info!(
                             target = %target,
                             "outbox #{} `{}` attempt {attempt} failed, retry in {delay}s: {message}",
@@ -226,6 +241,18 @@ fn config_error(message: String) -> CallError {
         retry_after_s: None,
         unreachable: false,
     }
+}
+
+/// Whether this process can read the token `service` needs; `true` when the config names none
+/// (the attempt then fails with the reason) or the service needs none (`git`).
+fn token_here(ctx: &Ctx, service: Service) -> bool {
+    let svc = match service {
+        Service::Plane => ctx.config.tracker.as_ref(),
+        Service::Gitea => ctx.config.forge.as_ref(),
+        Service::Telegram => ctx.config.chat.as_ref(),
+        Service::Git => None,
+    };
+    svc.is_none_or(|s| !s.has_token() || crate::ext::secrets::available(s.token_where()))
 }
 
 /// The token of `<block>`, read now from its file, a systemd credential or its variable.
@@ -300,9 +327,94 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
             }
         }
         notify::GIT_DELETE_BRANCH => git_delete(ctx, &payload(row)?),
+        notify::FORGE_MERGE_PR => {
+            let p: notify::MergePrPayload = payload(row)?;
+            let Some(forge) = ctx.config.gitea() else {
+                return Err(config_error(
+                    "no `forge` block of kind `gitea` in the config".into(),
+                ));
+            };
+            let base = forge.base_url.as_deref().unwrap_or_default();
+            let token = token(forge, "forge")?;
+            let repo = ForgeRepo::parse(&p.repo)
+                .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
+            merge_pr(&Gitea::new(http, base, Some(&token)), &repo, &p)
+        }
+        notify::FORGE_OPEN_PR => {
+            let p: notify::OpenPrPayload = payload(row)?;
+            let Some(forge) = ctx.config.gitea() else {
+                return Err(config_error(
+                    "no `forge` block of kind `gitea` in the config".into(),
+                ));
+            };
+            let base = forge.base_url.as_deref().unwrap_or_default();
+            let token = token(forge, "forge")?;
+            let repo = ForgeRepo::parse(&p.repo)
+                .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
+            let pr = Gitea::new(http, base, Some(&token))
+                .find_or_create_pr(&repo, &p.branch, &p.base, &p.title, &p.body)?;
+            Ok(if pr.created {
+                format!("pull request #{} opened", pr.number)
+            } else {
+                format!("pull request #{} was already open", pr.number)
+            })
+        }
         other => Err(CallError::Permanent(format!(
             "unknown outbox kind `{other}`"
         ))),
+    }
+}
+
+/// Merge the pull request of a task's branch (opened now if there is none), with the head it
+/// must be of. Already merged is success; not mergeable (a conflict), 403 and 404 fail the row
+/// for good; 405/408/409/422/5xx and timeouts are retried. The result ends with the merge
+/// commit when Gitea names one.
+fn merge_pr(
+    gitea: &Gitea<'_>,
+    repo: &ForgeRepo,
+    p: &notify::MergePrPayload,
+) -> Result<String, CallError> {
+    let number = match gitea.find_pr_any(repo, &p.branch, &p.base)? {
+        Some(n) => n,
+        None => {
+            gitea
+                .find_or_create_pr(
+                    repo,
+                    &p.branch,
+                    &p.base,
+                    &p.title,
+                    &format!("Opened by orch for {}.", p.work_item),
+                )?
+                .number
+        }
+    };
+    let merged = |s: &crate::ext::gitea::PullState| {
+        format!(
+            "pull request #{number} merged as {}",
+            s.merge_commit_sha.as_deref().unwrap_or("unknown")
+        )
+    };
+    let state = gitea.pull(repo, number)?;
+    if state.merged {
+        return Ok(merged(&state));
+    }
+    if !state.mergeable {
+        return Err(CallError::Permanent(format!(
+            "pull request #{number} is not mergeable (a conflict with `{}`)",
+            p.base
+        )));
+    }
+    match gitea.merge_pull(repo, number, &p.style, &p.head)? {
+        MergeAnswer::Merged => {
+            let state = gitea.pull(repo, number)?;
+            Ok(merged(&state))
+        }
+        MergeAnswer::Retry(why) => Err(CallError::Transient {
+            message: why,
+            retry_after_s: None,
+            unreachable: false,
+        }),
+        MergeAnswer::Refused(why) => Err(CallError::Permanent(why)),
     }
 }
 

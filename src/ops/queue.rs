@@ -394,7 +394,7 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
         );
     }
     let transition = lease::view(db::leases::transition_all(c)?, w.now);
-    let merge = lease::view(db::leases::merge_all(c)?, w.now);
+    let merge = lease::view_merge(c, db::leases::merge_all(c)?, w.now)?;
     Ok(Snapshot {
         schema_version: 1,
         generated_at: rfc3339(ctx.now),

@@ -228,79 +228,16 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         )));
     }
     let worktree = worktree::ensure(ctx, &task, &repo)?;
-    let started = std::time::Instant::now();
-    let log = ctx.config.state_dir.join("logs").join(format!(
-        "{runner_name}-{}-{}.log",
-        task.base_work_item, ctx.now
-    ));
-    let child_env = worktree::child_env(ctx, &task, &[("ORCH_STAGE", task.stage.to_string())]);
-    let command = c
-        .argv
-        .iter()
-        .map(|a| runner::sh_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ");
-    info!(work_item = %task.work_item, command = %command, "running the {runner_name}");
-    // Under a supervisor the suite is the job's process group, so the reaper and `orch cancel`
-    // stop it when the supervisor is gone.
-    let on_start: Box<dyn FnOnce(&proc::Started)> = match caller {
-        Caller::Supervisor { job, attempt } => Box::new(worktree::record_group(
-            ctx,
-            job,
-            attempt,
-            "runner.suite-running",
-        )),
-        Caller::Operator => Box::new(|_: &proc::Started| failpoint::hit("runner.suite-running")),
-    };
-    let mut spec = Spec {
-        argv: c.argv.iter().map(OsString::from).collect(),
-        cwd: worktree.clone(),
-        env: child_env,
-        stdin: None,
-        log: Some(log.clone()),
-        wall_timeout: Duration::from_secs(c.timeout_s),
-        inactivity_timeout: None,
-        grace: Duration::from_secs(10),
-        end_marker: None,
-        linger_grace: Duration::from_secs(1),
-    };
-    confine::confine(
-        ctx,
-        &repo,
-        c.sandbox,
-        &[],
-        &format!("the {runner_name} of `{}`", task.work_item),
-        &mut spec,
-    )?;
-    let out = proc::run_supervised(spec, on_start);
-    let exit = exit_of(&out.ending);
-    let (smoke_lines, smoke_failure) = match (kind, &exit) {
-        (Kind::Tests, Exit::Code(0)) => smoke(&repo),
-        _ => (Vec::new(), None),
-    };
-    let (class, reason) = match kind {
-        Kind::Tests => runner::classify_tests(
-            &exit,
-            &out.stderr_tail,
-            &c.markers,
-            smoke_failure.as_deref(),
-        ),
-        Kind::Staging => runner::classify_staging(&exit, &out.stderr_tail, &c.markers, c.via_ssh),
-    };
-    let duration_s = started.elapsed().as_secs_f64();
-    let exit_code = match exit {
-        Exit::Code(c) => Some(c),
-        Exit::Signal(_) | Exit::TimedOut | Exit::SpawnError { .. } => None,
-    };
-    // One structured line per decision (design §6, item 6).
-    info!(
-        work_item = %task.work_item,
-        runner = runner_name,
-        outcome = class.as_str(),
-        exit_code = ?exit_code,
-        duration_ms = (duration_s * 1000.0) as u64,
-        "runner decision: {reason}"
-    );
+    let Suite {
+        class,
+        reason,
+        exit_code,
+        duration_s,
+        command,
+        smoke_lines,
+        combined_tail,
+    } = run_suite(ctx, &task, &repo, &c, &worktree, caller, false)?;
+    let out_tail = combined_tail;
     let now = crate::ctx::now();
     let facts = |pass: bool, unfinished: bool| {
         ReportFacts {
@@ -313,7 +250,7 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
             duration_s,
             command: &command,
             smoke: &smoke_lines,
-            output_tail: &out.combined_tail,
+            output_tail: &out_tail,
             created_at: &rfc3339(now),
             run_id: &format!("{now}-{}", std::process::id()),
             host: &hostname(),
@@ -441,6 +378,147 @@ pub fn run(ctx: &Ctx, kind: Kind, wi: &str, no_advance: bool, caller: Caller) ->
         }
     }
     Ok(rep)
+}
+
+/// What one run of a contract's suite said.
+pub(crate) struct Suite {
+    pub class: Class,
+    pub reason: String,
+    pub exit_code: Option<i32>,
+    pub duration_s: f64,
+    pub command: String,
+    pub smoke_lines: Vec<SmokeLine>,
+    pub combined_tail: String,
+}
+
+/// Run the suite of contract `c` in `worktree` (confined unless the contract says otherwise),
+/// as the job's process group under a supervisor, and classify its outcome.
+fn run_suite(
+    ctx: &Ctx,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    c: &Contract,
+    worktree: &std::path::Path,
+    caller: Caller,
+    retest: bool,
+) -> Result<Suite> {
+    let runner_name = c.identity;
+    let kind = c.kind;
+    let started = std::time::Instant::now();
+    let log = ctx.config.state_dir.join("logs").join(format!(
+        "{runner_name}-{}-{}.log",
+        task.base_work_item, ctx.now
+    ));
+    let child_env = worktree::child_env(ctx, task, &[("ORCH_STAGE", task.stage.to_string())]);
+    let command = c
+        .argv
+        .iter()
+        .map(|a| runner::sh_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    info!(work_item = %task.work_item, command = %command, "running the {runner_name}");
+    // Under a supervisor the suite is the job's process group, so the reaper and `orch cancel`
+    // stop it when the supervisor is gone.
+    let on_start: Box<dyn FnOnce(&proc::Started)> = match (caller, retest) {
+        (Caller::Supervisor { job, attempt }, false) => Box::new(worktree::record_group(
+            ctx,
+            job,
+            attempt,
+            "runner.suite-running",
+        )),
+        (Caller::Supervisor { job, attempt }, true) => Box::new(worktree::record_group(
+            ctx,
+            job,
+            attempt,
+            "release.retest-running",
+        )),
+        (Caller::Operator, _) => {
+            Box::new(|_: &proc::Started| failpoint::hit("runner.suite-running"))
+        }
+    };
+    let mut spec = Spec {
+        argv: c.argv.iter().map(OsString::from).collect(),
+        cwd: worktree.to_path_buf(),
+        env: child_env,
+        stdin: None,
+        log: Some(log),
+        wall_timeout: Duration::from_secs(c.timeout_s),
+        inactivity_timeout: None,
+        grace: Duration::from_secs(10),
+        end_marker: None,
+        linger_grace: Duration::from_secs(1),
+    };
+    confine::confine(
+        ctx,
+        repo,
+        c.sandbox,
+        &[],
+        &format!("the {runner_name} of `{}`", task.work_item),
+        &mut spec,
+    )?;
+    let out = proc::run_supervised(spec, on_start);
+    let exit = exit_of(&out.ending);
+    let (smoke_lines, smoke_failure) = match (kind, &exit) {
+        (Kind::Tests, Exit::Code(0)) => smoke(repo),
+        _ => (Vec::new(), None),
+    };
+    let (class, reason) = match kind {
+        Kind::Tests => runner::classify_tests(
+            &exit,
+            &out.stderr_tail,
+            &c.markers,
+            smoke_failure.as_deref(),
+        ),
+        Kind::Staging => runner::classify_staging(&exit, &out.stderr_tail, &c.markers, c.via_ssh),
+    };
+    let duration_s = started.elapsed().as_secs_f64();
+    let exit_code = match exit {
+        Exit::Code(c) => Some(c),
+        Exit::Signal(_) | Exit::TimedOut | Exit::SpawnError { .. } => None,
+    };
+    // One structured line per decision (design §6, item 6).
+    info!(
+        work_item = %task.work_item,
+        runner = runner_name,
+        outcome = class.as_str(),
+        exit_code = ?exit_code,
+        duration_ms = (duration_s * 1000.0) as u64,
+        "runner decision: {reason}"
+    );
+    Ok(Suite {
+        class,
+        reason,
+        exit_code,
+        duration_s,
+        command,
+        smoke_lines,
+        combined_tail: out.combined_tail,
+    })
+}
+
+/// The merge gate's re-test (design §7.1): the repo's test contract on the rebased head, in
+/// the job's worktree, as the job's process group. No report, no advance: the caller decides.
+pub(crate) fn retest(
+    ctx: &Ctx,
+    task: &TaskRow,
+    repo: &RepoCfg,
+    worktree: &std::path::Path,
+    job: JobId,
+    attempt: u32,
+) -> Result<Option<Suite>> {
+    let Ok(c) = contract(Kind::Tests, repo) else {
+        return Ok(None);
+    };
+    run_suite(
+        ctx,
+        task,
+        repo,
+        &c,
+        worktree,
+        Caller::Supervisor { job, attempt },
+        true,
+    )
+    .map(Some)
 }
 
 impl ReportFacts<'_> {

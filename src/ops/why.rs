@@ -87,6 +87,10 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
 
     let world = World::gather(ctx)?;
     let live: Vec<_> = world.jobs.iter().filter(|j| j.task_id == task.id).collect();
+    // The release steps (design §7): which sub-gate the task is at.
+    if let Some(line) = release_line(ctx, &task, &live)? {
+        parts.push(line);
+    }
     for j in &live {
         match j.status {
             JobStatus::Running => {
@@ -180,6 +184,10 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
                     "No job is queued; its exit gate failed ({reason}): `orch advance {}` rolls it back.",
                     task.work_item
                 ),
+                Ok(GateResult::Pending { why, role }) => format!(
+                    "No job is queued; a {role} step is due ({why}): `orch advance {}` (or the reconciler) queues it.",
+                    task.work_item
+                ),
                 Err(e) => format!("No job is queued; its gate could not be read: {e:#}."),
             });
         }
@@ -191,4 +199,88 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
         waits_for: key,
         paragraph: parts.join(" "),
     })
+}
+
+/// Where a task of a repo that opts into the last mile stands: the release steps recorded in
+/// this visit, the one due next, and what its job waits for (the merge lease and its holder, a
+/// merge retry).
+fn release_line(
+    ctx: &Ctx,
+    task: &crate::db::tasks::TaskRow,
+    live: &[&crate::db::jobs::JobRow],
+) -> Result<Option<String>> {
+    use crate::domain::release::{Step, StepStatus};
+    let Some(repo) = ctx.config.repo(&task.repo) else {
+        return Ok(None);
+    };
+    let c = ctx.db.conn();
+    let Some(facts) = gather::release_facts(ctx, task, repo)? else {
+        return Ok(None);
+    };
+    let mut done = Vec::new();
+    let mut next = None;
+    for (fact, step, label) in [
+        (&facts.security, Step::Security, "security scan"),
+        (
+            &facts.merge_gate,
+            Step::MergeGate,
+            "merge gate (merge lease, rebase, push, re-test)",
+        ),
+        (&facts.coverage, Step::Coverage, "coverage"),
+        (&facts.merge, Step::Merge, "merge into main and its proof"),
+    ] {
+        match fact {
+            None => {}
+            Some(Some(f)) => done.push(format!(
+                "{} {}",
+                step.as_str(),
+                match f.status {
+                    StepStatus::Pass => "passed",
+                    StepStatus::Fail => "failed",
+                    StepStatus::Initiated => "started (outcome unknown)",
+                    StepStatus::Unproven => "not proven",
+                }
+            )),
+            Some(None) if next.is_none() => next = Some(label),
+            Some(None) => {}
+        }
+    }
+    let mut line = String::from("Release steps:");
+    if done.is_empty() {
+        line.push_str(" none recorded in this visit");
+    } else {
+        line.push_str(&format!(" {}", done.join(", ")));
+    }
+    if let Some(n) = next {
+        line.push_str(&format!("; next: the {n}"));
+    }
+    line.push('.');
+    for j in live
+        .iter()
+        .filter(|j| j.role == crate::domain::stage::Role::Releaser)
+    {
+        if let Some(note) = j.error.as_deref().filter(|e| !e.is_empty()) {
+            line.push_str(&format!(
+                " Job {}: {}.",
+                j.id.0,
+                note.lines().next().unwrap_or("")
+            ));
+        }
+    }
+    if let Some(l) = crate::db::leases::merge_get(c, &repo.name)? {
+        let holder = l
+            .work_item
+            .clone()
+            .unwrap_or_else(|| format!("pid {}", l.owner.pid));
+        if l.task_id != Some(task.id) {
+            line.push_str(&format!(
+                " The merge lease of `{}` is held by {holder} since {}.",
+                repo.name,
+                rfc3339(l.acquired_at)
+            ));
+        } else {
+            line.push_str(&format!(" It holds the merge lease of `{}`.", repo.name));
+        }
+    }
+    Ok(Some(line))
 }

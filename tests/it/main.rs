@@ -15,6 +15,7 @@ mod leases;
 mod outbox;
 mod queue;
 mod redaction;
+mod release;
 mod runners;
 mod sandbox;
 mod scheduler;

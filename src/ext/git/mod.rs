@@ -53,6 +53,7 @@ use crate::ext::lock::FileLock;
 use crate::ext::proc::Cmd;
 
 mod clone;
+mod merge;
 mod read;
 
 mod remote;
@@ -131,6 +132,22 @@ impl std::fmt::Display for Refused {
 }
 
 impl std::error::Error for Refused {}
+
+/// What `rebase_onto` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rebased {
+    /// The branch already contained `onto`.
+    UpToDate {
+        head: String,
+    },
+    Rebased {
+        head: String,
+    },
+    /// The rebase stopped on conflicts and was aborted; the worktree is as it was.
+    Conflict {
+        paths: Vec<String>,
+    },
+}
 
 /// What `delete_remote_branch` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

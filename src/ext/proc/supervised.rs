@@ -147,6 +147,23 @@ pub enum Ending {
     MarkedDone { code: Option<i32> },
 }
 
+impl Ending {
+    /// How the child ended, completing "the command …".
+    pub fn describe(&self) -> String {
+        match self {
+            Ending::Exited(c) => format!("exited with code {c}"),
+            Ending::Signalled(s) => format!("was killed by signal {s}"),
+            Ending::TimedOut => "timed out (wall clock)".into(),
+            Ending::Inactive => "was silent too long (inactivity timeout)".into(),
+            Ending::SpawnFailed(kind, msg) => format!("could not be started ({kind:?}): {msg}"),
+            Ending::MarkedDone { code } => match code {
+                Some(c) => format!("printed its result and exited with code {c}"),
+                None => "printed its result and lingered (its process group was killed)".into(),
+            },
+        }
+    }
+}
+
 /// The child's identity, handed to `on_start` right after spawn so the caller can record it
 /// before waiting. The child leads its own group, so `pgid` is also its pid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

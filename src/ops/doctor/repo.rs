@@ -127,6 +127,53 @@ pub(super) fn repo_checks(
         )),
         CiMode::Status | CiMode::None => {}
     }
+    // The last mile's programs (design §7).
+    let programs: [(&str, String, Option<&String>); 3] = [
+        (
+            "deploy",
+            format!("repos[{}].deploy.argv", repo.name),
+            repo.deploy
+                .as_ref()
+                .filter(|d| d.mode == crate::config::DeployMode::Hook)
+                .and_then(|d| d.argv.first()),
+        ),
+        (
+            "coverage",
+            format!("repos[{}].coverage.argv", repo.name),
+            repo.coverage.as_ref().and_then(|c| c.argv.first()),
+        ),
+        (
+            "security",
+            format!("repos[{}].security.argv", repo.name),
+            repo.security.as_ref().and_then(|c| c.argv.first()),
+        ),
+    ];
+    for (what, key, program) in programs {
+        if let Some(p) = program {
+            checks.push(program_check(
+                &n(what),
+                &key,
+                p,
+                &resolve_program(p, path_var),
+            ));
+        }
+    }
+    if repo.security_enabled() && repo.security.as_ref().is_none_or(|s| s.argv.is_empty()) {
+        let found = resolve_program("gitleaks", path_var);
+        let (status, text) = match found {
+            super::host::Resolved::OnPath(p) => (
+                Status::Ok,
+                format!("the secret scan runs gitleaks ({})", p.display()),
+            ),
+            _ => (
+                Status::Ok,
+                "the secret scan is orch's built-in one (private keys and prefixed tokens); \
+                 install gitleaks for a wider one"
+                    .to_string(),
+            ),
+        };
+        checks.push(Check::new(n("security"), status, text));
+    }
 }
 
 /// The staging host answers a no-op over ssh the way the runner will reach it: keys only

@@ -113,7 +113,9 @@ fn reclaim(p: &mut Pass<'_>) -> Result<()> {
             p.rep.reclaimed += 1;
         }
     }
-    for l in crate::ops::lease::view(db::leases::merge_all(c)?, ctx.now) {
+    // A merge lease lives as long as its task holds it (design §7.1), whatever its last
+    // owner process: only one whose task left the release stages is reclaimed.
+    for l in crate::ops::lease::view_merge(c, db::leases::merge_all(c)?, ctx.now)? {
         let Liveness::Dead(r) = l.liveness else {
             continue;
         };

@@ -213,6 +213,8 @@ fn reconcile_one(
     let decided = match verdict {
         GateResult::Pass(r) => format!("gate green: {r}"),
         GateResult::Fail { reason, .. } => format!("verdict written: {reason}"),
+        // A release step is due and no job runs it (its job was lost): queue it.
+        GateResult::Pending { why, role } => format!("{role} due: {why}"),
         GateResult::Waiting(_) => return Ok(None),
         // The stage's job ended done without its work (its supervisor died before it could
         // say so): a second run, then a hold.
@@ -270,14 +272,20 @@ fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>>
             continue;
         };
         let owner = db::tasks::find(ctx.db.conn(), &TaskRef::WorkItem(wi))?;
-        if owner.is_none_or(|t| t.repo != repo.name || t.stage == Stage::Cancelled) {
+        // A merged task's work is in main (design §7.2): its worktree goes too.
+        let merged = |t: &TaskRow| {
+            t.stage == Stage::Done
+                && repo.merge.is_some()
+                && db::release::proof(ctx.db.conn(), t.id).is_ok_and(|p| p.is_some())
+        };
+        if owner.is_none_or(|t| t.repo != repo.name || t.stage == Stage::Cancelled || merged(&t)) {
             orphans.push(name);
         }
     }
     if orphans.is_empty() || plan {
         return Ok(orphans
             .into_iter()
-            .map(|wi| format!("remove the worktree of {wi} (no live task)"))
+            .map(|wi| format!("remove the worktree of {wi} (no live task, or merged)"))
             .collect());
     }
     let Some(lock) = git.try_lock(&repo.name)? else {
@@ -286,7 +294,9 @@ fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>>
     let mut done = Vec::new();
     for wi in orphans {
         git.worktree_remove(&lock, &repo.git_ref(), &wi)?;
-        done.push(format!("remove the worktree of {wi} (no live task)"));
+        done.push(format!(
+            "remove the worktree of {wi} (no live task, or merged)"
+        ));
     }
     Ok(done)
 }

@@ -287,6 +287,8 @@ pub struct GiteaPull {
     pub base: String,
     pub title: String,
     pub open: bool,
+    pub merged: bool,
+    pub merge_commit_sha: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -304,6 +306,14 @@ pub struct GiteaData {
     /// and `default_status` (if any) answers for its head.
     pub remotes: BTreeMap<String, PathBuf>,
     pub default_status: Option<GiteaStatus>,
+    /// Answers the merge endpoint gives before it merges (a 502, say), first to last.
+    pub merge_script: std::collections::VecDeque<u16>,
+    /// Say "merged" without touching the bare remote (a forge that lies).
+    pub merge_lies: bool,
+    /// Merges performed (each moved the base branch of the bare remote).
+    pub merges: usize,
+    /// Every call of the merge endpoint.
+    pub merge_calls: usize,
 }
 
 pub struct Gitea {
@@ -381,12 +391,13 @@ impl Gitea {
                     }
                 }
                 ("GET", ["pulls"]) => {
+                    let all = r.path.contains("state=all");
                     let list: Vec<Value> = d
                         .pulls
                         .get(&repo)
                         .map(|v| {
                             v.iter()
-                                .filter(|p| p.open)
+                                .filter(|p| p.open || all)
                                 .map(|p| {
                                     json!({"number": p.number, "html_url": format!("http://fake/{repo}/pulls/{}", p.number),
                                            "head": {"ref": p.head}, "base": {"ref": p.base}, "title": p.title})
@@ -417,12 +428,116 @@ impl Gitea {
                         base,
                         title: body["title"].as_str().unwrap_or_default().to_string(),
                         open: true,
+                        merged: false,
+                        merge_commit_sha: None,
                     });
                     d.pulls_created += 1;
                     (
                         201,
                         json!({"number": number, "html_url": format!("http://fake/{repo}/pulls/{number}")}),
                     )
+                }
+                ("GET", ["pulls", n]) => {
+                    let Some(p) = n
+                        .parse::<u64>()
+                        .ok()
+                        .and_then(|n| d.pulls.get(&repo)?.iter().find(|p| p.number == n).cloned())
+                    else {
+                        return (404, json!({"message": "no such pull request"}));
+                    };
+                    let bare = d.remotes.get(&repo).cloned();
+                    let head = bare.as_ref().and_then(|b| super::branch_head(b, &p.head));
+                    let mergeable = match (&bare, &head) {
+                        (Some(b), Some(h)) => {
+                            let base = super::branch_head(b, &p.base).unwrap_or_default();
+                            git_ok(b, &["merge-base", "--is-ancestor", &base, h])
+                        }
+                        _ => true,
+                    };
+                    (
+                        200,
+                        json!({"number": p.number, "state": if p.open { "open" } else { "closed" },
+                               "merged": p.merged, "mergeable": mergeable && !p.merged,
+                               "merge_commit_sha": p.merge_commit_sha, "head": {"sha": head}}),
+                    )
+                }
+                ("POST", ["pulls", n, "merge"]) => {
+                    if !authed {
+                        return (401, json!({"message": "token required"}));
+                    }
+                    d.merge_calls += 1;
+                    if let Some(status) = d.merge_script.pop_front() {
+                        return (status, json!({"message": "scripted"}));
+                    }
+                    let n: u64 = n.parse().unwrap_or(0);
+                    let body = r.json();
+                    let style = body["Do"].as_str().unwrap_or("merge").to_string();
+                    let want = body["head_commit_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    let bare = d.remotes.get(&repo).cloned();
+                    let lies = d.merge_lies;
+                    let Some(p) = d
+                        .pulls
+                        .get_mut(&repo)
+                        .and_then(|v| v.iter_mut().find(|p| p.number == n))
+                    else {
+                        return (404, json!({"message": "no such pull request"}));
+                    };
+                    if p.merged {
+                        return (405, json!({"message": "already merged"}));
+                    }
+                    let merged_sha = match (&bare, lies) {
+                        (_, true) | (None, _) => want.clone(),
+                        (Some(b), false) => {
+                            let head = super::branch_head(b, &p.head).unwrap_or_default();
+                            if !want.is_empty() && want != head {
+                                return (409, json!({"message": "head commit changed"}));
+                            }
+                            let base = super::branch_head(b, &p.base).unwrap_or_default();
+                            if !git_ok(b, &["merge-base", "--is-ancestor", &base, &head]) {
+                                return (409, json!({"message": "merge conflict"}));
+                            }
+                            let new = match style.as_str() {
+                                "rebase" => head.clone(),
+                                "squash" => git_out(
+                                    b,
+                                    &[
+                                        "commit-tree",
+                                        &format!("{head}^{{tree}}"),
+                                        "-p",
+                                        &base,
+                                        "-m",
+                                        "squash",
+                                    ],
+                                ),
+                                _ => git_out(
+                                    b,
+                                    &[
+                                        "commit-tree",
+                                        &format!("{head}^{{tree}}"),
+                                        "-p",
+                                        &base,
+                                        "-p",
+                                        &head,
+                                        "-m",
+                                        "merge",
+                                    ],
+                                ),
+                            };
+                            git_out(
+                                b,
+                                &["update-ref", &format!("refs/heads/{}", p.base), &new, &base],
+                            );
+                            new
+                        }
+                    };
+                    p.merged = true;
+                    p.open = false;
+                    p.merge_commit_sha = Some(merged_sha);
+                    d.merges += 1;
+                    (200, Value::Null)
                 }
                 _ => (404, json!({"message": "no route"})),
             }
@@ -466,6 +581,38 @@ impl Gitea {
     pub fn set_mode(&self, m: Mode) {
         self.server.set_mode(m)
     }
+}
+
+/// `git <args>` in a bare repo (the fake forge's own git work): success or not.
+fn git_ok(bare: &std::path::Path, args: &[&str]) -> bool {
+    std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(bare)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `git <args>` in a bare repo, its trimmed stdout (panics on failure: a broken fake).
+fn git_out(bare: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(bare)
+        .args([
+            "-c",
+            "user.name=fake-gitea",
+            "-c",
+            "user.email=gitea@fake.invalid",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "fake gitea: git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 // ------------------------------------------------------------------------------ Telegram

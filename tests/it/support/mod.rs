@@ -37,7 +37,7 @@ pub fn stub_agent() -> PathBuf {
 }
 
 /// Every knob the stub agent understands; none may leak in from the environment of the tests.
-pub const STUB_KNOBS: [&str; 12] = [
+pub const STUB_KNOBS: [&str; 14] = [
     "STUB_SLEEP",
     "STUB_SAY",
     "STUB_SESSION_ID",
@@ -48,6 +48,8 @@ pub const STUB_KNOBS: [&str; 12] = [
     "STUB_LINGER",
     "STUB_USAGE_LIMIT",
     "STUB_NOTHING_FIRST",
+    "STUB_EXTRA_FILE",
+    "STUB_EXTRA_TEXT",
     "STUB_RUN_LOG",
     "STUB_STATE_DIR",
 ];
