@@ -27,6 +27,18 @@ pub fn json<T: Serialize>(value: &T) {
     }
 }
 
+/// Write a generated document (completions, the man page) as it is.
+pub fn raw(bytes: &[u8]) {
+    let _ = std::io::stdout().lock().write_all(bytes);
+}
+
+/// Print text as it is (a log), masked, flushed at once (a follower shows lines as they come).
+pub fn text(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(redact_urls(text).as_bytes());
+    let _ = out.flush();
+}
+
 /// Print plain text lines.
 pub fn line(text: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{}", redact_urls(text));
@@ -52,6 +64,15 @@ pub fn table(title: Option<&str>, headers: &[&str], rows: Vec<Vec<String>>, empt
         table.add_row(r.iter().map(|c| redact_urls(c).into_owned()));
     }
     let _ = writeln!(out, "{table}");
+}
+
+/// The `--json` form of an error, on stdout: `{"schema_version":1,"error":{"code":…,"message":…}}`
+/// (the message is the same text as the `error:` line on stderr).
+pub fn json_error(code: u8, message: &str) {
+    json(&serde_json::json!({
+        "schema_version": 1,
+        "error": { "code": code, "message": message },
+    }));
 }
 
 /// Print an error chain on stderr.

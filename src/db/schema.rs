@@ -254,4 +254,12 @@ ALTER TABLE events ADD COLUMN body_sha256 TEXT;
 CREATE INDEX events_body ON events(source, body_sha256, received_at)
     WHERE outcome IN ('processed', 'ignored');
 "#,
+    // 6: reserved for the merge and deploy work (design §7), which lands on another branch;
+    // whoever merges the two puts its migration here. Empty until then.
+    "",
+    // 7: the person behind an operator's gesture (`--by`, `SUDO_USER`, `USER`): the `actor`
+    // column says `operator` for every person, this one says who.
+    r#"
+ALTER TABLE transitions ADD COLUMN by_person TEXT;
+"#,
 ];

@@ -8,6 +8,7 @@
 //! words in its text or in the output around it, and a value from it that will reach an argv is
 //! validated first.
 
+use crate::domain::stage::Role;
 use serde_json::Value;
 
 pub const EFFORTS: [&str; 5] = ["low", "medium", "high", "xhigh", "max"];
@@ -49,6 +50,22 @@ pub fn resolve(
         ));
     }
     (None, warnings)
+}
+
+/// The tools a role's agent may use without asking (`{tools}`; Claude CLI `--allowedTools`).
+/// Every role reads the repository and writes its artifacts; the roles that build and run
+/// code (developer, tester, deployer) also get the shell. Headless (`--print`), a tool that is
+/// not allowed is refused, and an agent without `Write` exits 0 having changed nothing.
+pub fn default_tools(role: Role) -> &'static str {
+    match role {
+        Role::Analyst | Role::Architect | Role::Reviewer => {
+            "Read Glob Grep LS Write Edit MultiEdit TodoWrite Bash(git log:*) Bash(git diff:*) \
+             Bash(git show:*) Bash(git status:*) Bash(ls:*)"
+        }
+        Role::Developer | Role::Tester | Role::Deployer => {
+            "Read Glob Grep LS Write Edit MultiEdit TodoWrite Bash"
+        }
+    }
 }
 
 /// Expand the argv template. A `{name}` whose value is `None` removes its argument, and when

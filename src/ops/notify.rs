@@ -39,6 +39,8 @@ pub struct Hop<'a> {
     pub actor: Actor,
     pub outcome: Outcome,
     pub reason: &'a str,
+    /// The person behind an operator's hop.
+    pub by: Option<&'a str>,
 }
 
 /// The tracker state a hop mirrors: a name, other names that mean the same, and the state
@@ -203,6 +205,7 @@ pub fn link_tracker(ctx: &Ctx, tx: &Connection, task: &TaskRow, issue: &str) -> 
         actor: last.actor,
         outcome: last.outcome,
         reason: &last.reason,
+        by: last.by.as_deref(),
     };
     on_transition(ctx, tx, task, &hop)
 }
@@ -240,7 +243,10 @@ pub fn comment_html(task: &TaskRow, hop: &Hop<'_>, run: Option<&db::outbox::RunN
     if let Some(role) = hop.from.spec().role {
         who.push(format!("role: {role}"));
     }
-    who.push(format!("by: {}", hop.actor));
+    match hop.by {
+        Some(person) => who.push(format!("by: {} ({})", hop.actor, e(person))),
+        None => who.push(format!("by: {}", hop.actor)),
+    }
     html.push_str(&format!("<p>{}</p>", who.join(" · ")));
     if !hop.reason.trim().is_empty() {
         let reason: String = hop.reason.chars().take(2000).collect();
@@ -442,6 +448,7 @@ mod tests {
             actor: Actor::Supervisor,
             outcome: outcome.parse().unwrap(),
             reason: "r",
+            by: None,
         }
     }
 

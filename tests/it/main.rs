@@ -5,6 +5,8 @@
 mod support;
 
 mod concurrency;
+mod day_audit;
+mod day_state;
 mod doctor;
 mod fsck;
 mod ingest;

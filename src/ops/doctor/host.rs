@@ -59,6 +59,17 @@ pub(super) fn config_check(file: Option<&Path>, repos: usize) -> Check {
 
 /// The directory exists and we can create a file in it (what every tick and job needs).
 pub(super) fn dir_check(name: &str, dir: &Path) -> Check {
+    if !dir.exists() {
+        return Check::new(
+            name,
+            Status::Warn,
+            format!(
+                "`{}` does not exist yet; the first writing command (`orch tick`, `orch task \
+                 add`) creates it (a mistyped `--state-dir` or `state_dir`?)",
+                dir.display()
+            ),
+        );
+    }
     let probe = dir.join(format!(".orch-doctor-{}", std::process::id()));
     let made = std::fs::OpenOptions::new()
         .write(true)
