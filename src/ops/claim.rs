@@ -44,6 +44,46 @@ pub fn plan(ctx: &Ctx) -> Result<Vec<Claimed>> {
     Ok(out)
 }
 
+/// The budget (`agent.budget_usd`): hold the task of an agent job that would take its spending
+/// past the budget, in the claim's transaction, instead of claiming the job. A runner's job
+/// costs nothing and always runs.
+fn hold_over_budget(
+    ctx: &Ctx,
+    tx: &rusqlite::Connection,
+    world: &World,
+    j: &db::jobs::JobRow,
+) -> Result<bool> {
+    let Some(budget) = ctx.config.agent.budget_usd else {
+        return Ok(false);
+    };
+    let (Some(task), Some(repo)) = (world.task(j.task_id.0), ctx.config.repo(&j.repo)) else {
+        return Ok(false);
+    };
+    if crate::ops::runner::intercept(j.role, j.stage, repo).is_some() {
+        return Ok(false);
+    }
+    let spent = db::usage::of_task(tx, j.task_id)?;
+    let Some(why) = crate::domain::agent::over_budget(spent.cost_usd, spent.runs, budget) else {
+        return Ok(false);
+    };
+    db::tasks::set_held(tx, j.task_id, Some(&why), ctx.now)?;
+    crate::ops::apply::record_here(
+        ctx,
+        tx,
+        task,
+        crate::domain::history::Actor::Tick,
+        crate::domain::history::Outcome::Held,
+        &why,
+    )?;
+    crate::ops::notify::alert(
+        ctx,
+        tx,
+        Some(task),
+        &format!("`{}` held: {why}", task.work_item),
+    );
+    Ok(true)
+}
+
 /// Claim the oldest claimable job, if any, in a transaction of its own. The tick claims one
 /// job, starts its supervisor and records it before it claims the next, so a crash between a
 /// claim and its launch strands at most one job (and the reaper gives that one its attempt
@@ -53,6 +93,9 @@ pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
         let world = World::gather_in(tx, &ctx.config, ctx.now)?;
         for j in world.jobs.iter().filter(|j| j.status == JobStatus::Queued) {
             if world.wait(j).is_some() {
+                continue;
+            }
+            if hold_over_budget(ctx, tx, &world, j)? {
                 continue;
             }
             if let Some(attempt) = db::jobs::claim(tx, j.id, ctx.now)? {
