@@ -190,7 +190,7 @@ fn dispatch(cli: Cli) -> Result<Code> {
         Command::Why { work_item } => cmd::why::run(&mut ctx, &work_item),
         Command::Lease(l) => cmd::lease::run(&mut ctx, l),
         Command::Report(r) => cmd::report::run(&mut ctx, r),
-        Command::Tick { plan } => cmd::tick::run(&mut ctx, plan),
+        Command::Tick { plan } => cmd::tick::run(&mut ctx, plan, g.verbose > 0),
         Command::RunTests {
             work_item,
             no_advance,

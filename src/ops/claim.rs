@@ -11,11 +11,13 @@ use crate::domain::ids::JobId;
 use crate::domain::stage::JobStatus;
 use crate::ops::queue::World;
 
-/// A claimed job and its attempt number.
-#[derive(Debug, Clone, Copy)]
+/// A claimed job, its attempt number, and whose it is.
+#[derive(Debug, Clone)]
 pub struct Claimed {
     pub job: JobId,
     pub attempt: u32,
+    pub work_item: String,
+    pub role: crate::domain::stage::Role,
 }
 
 /// What a pass would claim now, in claim order, changing nothing (`orch tick --plan`). Jobs
@@ -37,6 +39,11 @@ pub fn plan(ctx: &Ctx) -> Result<Vec<Claimed>> {
         out.push(Claimed {
             job: j.id,
             attempt: j.attempts + 1,
+            work_item: world
+                .task(j.task_id.0)
+                .map(|t| t.work_item.clone())
+                .unwrap_or_default(),
+            role: j.role,
         });
         busy.insert(j.task_id.0);
         world.claimed += 1;
@@ -99,7 +106,15 @@ pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
                 continue;
             }
             if let Some(attempt) = db::jobs::claim(tx, j.id, ctx.now)? {
-                return Ok(Some(Claimed { job: j.id, attempt }));
+                return Ok(Some(Claimed {
+                    job: j.id,
+                    attempt,
+                    work_item: world
+                        .task(j.task_id.0)
+                        .map(|t| t.work_item.clone())
+                        .unwrap_or_default(),
+                    role: j.role,
+                }));
             }
         }
         Ok(None)

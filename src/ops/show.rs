@@ -48,9 +48,7 @@ pub struct TransitionOut {
     pub outcome: String,
     pub reason: String,
     pub at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub overridden_verdict: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub artifact_sha256: Option<String>,
 }
 

@@ -607,8 +607,9 @@ fn known_repo<'a>(ctx: &'a Ctx, repo: &str) -> Result<&'a crate::config::RepoCfg
         .ok_or_else(|| usage(format!("unknown repo `{repo}`; it is not in the config")))
 }
 
-/// `orch freeze`: no new task of the repo starts analysis. Journaled in `lessons`.
-pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
+/// `orch freeze`: no new task of the repo starts analysis. Journaled in `lessons`. Returns
+/// whether it changed anything, and what to tell the operator.
+pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<(bool, String)> {
     let repo = known_repo(ctx, repo)?;
     let reason = reason.trim();
     ids::check_line("--reason", reason, ids::MAX_LINE).map_err(usage)?;
@@ -627,13 +628,16 @@ pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
         Ok(inserted)
     })?;
     Ok(if done {
-        format!("froze repo `{}`: {reason}", repo.name)
+        (true, format!("froze repo `{}`: {reason}", repo.name))
     } else {
-        format!("repo `{}` is already frozen; nothing to do", repo.name)
+        (
+            false,
+            format!("repo `{}` is already frozen; nothing to do", repo.name),
+        )
     })
 }
 
-pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<String> {
+pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<(bool, String)> {
     let repo = known_repo(ctx, repo)?;
     let done = ctx.write(|ctx, tx| {
         let removed = db::misc::unfreeze(tx, &repo.name)?;
@@ -643,8 +647,11 @@ pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<String> {
         Ok(removed)
     })?;
     Ok(if done {
-        format!("unfroze repo `{}`", repo.name)
+        (true, format!("unfroze repo `{}`", repo.name))
     } else {
-        format!("repo `{}` is not frozen; nothing to do", repo.name)
+        (
+            false,
+            format!("repo `{}` is not frozen; nothing to do", repo.name),
+        )
     })
 }

@@ -7,6 +7,7 @@ mod support;
 mod concurrency;
 mod day_audit;
 mod day_jobs;
+mod day_json;
 mod day_state;
 mod doctor;
 mod fsck;

@@ -18,7 +18,7 @@ use crate::domain::stage::JobStatus;
 use crate::ext::failpoint;
 use crate::ext::lock::FileLock;
 
-pub use pass::TickReport;
+pub use pass::{Action, TickReport};
 
 use pass::Pass;
 
