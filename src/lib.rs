@@ -27,10 +27,13 @@ use crate::cli::{LeaseCmd, TaskCmd};
 use crate::ctx::{Access, Ctx};
 use crate::error::Code;
 
-fn init_logging(global: &cli::Global) {
+/// `service`: the command is a long-running service (`orch serve`), whose journal is its request
+/// log: one `info` line per request is shown by default.
+fn init_logging(global: &cli::Global, service: bool) {
     use tracing_subscriber::EnvFilter;
     let default = match (global.quiet, global.verbose) {
         (true, _) => "error",
+        (false, 0) if service => "info",
         (false, 0) => "warn",
         (false, 1) => "info",
         (false, _) => "debug",
@@ -83,7 +86,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         }
     };
     let json = cli.global.json;
-    init_logging(&cli.global);
+    init_logging(&cli.global, matches!(cli.command, Command::Serve { .. }));
     // No process of orch lends its environment or memory to a same-user process (an agent).
     if let Err(e) = ext::sys::undumpable() {
         tracing::warn!("{e:#}");

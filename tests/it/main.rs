@@ -9,6 +9,7 @@ mod day_audit;
 mod day_jobs;
 mod day_json;
 mod day_state;
+mod day_tick;
 mod doctor;
 mod fsck;
 mod ingest;
