@@ -112,3 +112,88 @@ fn a_second_breakpoint_says_it_replaced_the_first() {
     );
     assert_eq!(w.show(&wi)["pause_before"], "review");
 }
+
+#[test]
+fn tables_fit_the_width_and_cut_long_cells_with_an_ellipsis() {
+    let w = World::new();
+    let title = "A very long title ".repeat(55);
+    let title = title.trim();
+    assert!(title.chars().count() <= 1000);
+    w.add(title, &[]);
+    let r = w.orch_with(&["task", "list"], &[("COLUMNS", "80")]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for l in r.stdout.lines() {
+        assert!(l.chars().count() <= 80, "a line wider than COLUMNS: {l:?}");
+    }
+    assert!(r.stdout.contains('…'), "{r:?}");
+    assert!(r.stdout.lines().count() <= 6, "the row wrapped: {r:?}");
+    // Without a terminal or COLUMNS, a cell is still cut.
+    let r = w.ok(&["task", "list"], 0);
+    assert!(r.stdout.lines().all(|l| l.chars().count() < 400), "{r:?}");
+    assert!(r.stdout.contains('…'), "{r:?}");
+}
+
+#[test]
+fn an_empty_task_list_points_at_all() {
+    let w = World::new();
+    let wi = w.add("Soon gone", &[]);
+    w.ok(&["cancel", &wi], 0);
+    let r = w.ok(&["task", "list"], 0);
+    assert!(r.stdout.contains("orch task list --all"), "{r:?}");
+    let r = w.ok(&["task", "list", "--all"], 0);
+    assert!(r.stdout.contains(&wi), "{r:?}");
+}
+
+/// `advance --to` on a done task suggested `orch task add --work-item` for the same id, which
+/// `task add` then refused (the id is taken); only a cancelled task's id is free again.
+#[test]
+fn a_hint_never_points_at_a_command_that_is_refused() {
+    let w = World::new();
+    let done = w.add("Finished", &[]);
+    w.ok(
+        &[
+            "advance",
+            &done,
+            "--to",
+            "done",
+            "--reason",
+            "shipped by hand",
+        ],
+        0,
+    );
+    let r = w.orch(&["advance", &done, "--to", "development", "--reason", "more"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(!r.stderr.contains("--work-item"), "{r:?}");
+    assert!(
+        r.stderr.contains("orch task add --repo shop --title"),
+        "{r:?}"
+    );
+
+    let gone = w.add("Cancelled", &[]);
+    w.ok(&["cancel", &gone], 0);
+    let r = w.orch(&["advance", &gone, "--to", "development", "--reason", "again"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    let hint = r
+        .stderr
+        .split('`')
+        .find(|s| s.starts_with("orch task add"))
+        .unwrap();
+    assert_eq!(
+        hint,
+        format!("orch task add --repo shop --work-item {gone} --title …")
+    );
+    // The hint works as written.
+    w.ok(
+        &[
+            "task",
+            "add",
+            "--repo",
+            "shop",
+            "--work-item",
+            &gone,
+            "--title",
+            "Again",
+        ],
+        0,
+    );
+}
