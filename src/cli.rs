@@ -182,6 +182,7 @@ pub enum Command {
     },
     /// Run the repo's test contract for a task, classify, report, and advance (design §6.1)
     RunTests {
+        /// The task (`SHOP-7`), in `testing`
         work_item: String,
         /// Dry check: report under the state dir and one `checked` history row; no commit, job or stage change
         #[arg(long)]
@@ -189,6 +190,7 @@ pub enum Command {
     },
     /// Run the repo's staging contract for a task, classify, report, and advance (design §6.2)
     RunStaging {
+        /// The task (`SHOP-7`), in `deploy-staging`
         work_item: String,
         /// Dry check: report under the state dir and one `checked` history row; no commit, job or stage change
         #[arg(long)]
@@ -422,4 +424,72 @@ pub enum ReportCmd {
 pub enum DebugCmd {
     /// List every failpoint name (armed with ORCH_FAILPOINT=<name>[,<name>…])
     Failpoints,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every command, with the path of its command.
+    fn args(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for a in cmd.get_arguments() {
+            out.push((path.to_string(), a.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            args(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_argument_and_command_is_described() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut all = Vec::new();
+        args(&cmd, "orch", &mut all);
+        let missing: Vec<String> = all
+            .iter()
+            .filter(|(_, a)| !["help", "version"].contains(&a.get_id().as_str()))
+            .filter(|(_, a)| a.get_help().is_none() && a.get_long_help().is_none())
+            .map(|(p, a)| format!("{p} {}", a.get_id()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "arguments without a description: {missing:?}"
+        );
+        fn subs(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for s in cmd.get_subcommands() {
+                let p = format!("{path} {}", s.get_name());
+                if s.get_about().is_none() && s.get_name() != "help" {
+                    out.push(p.clone());
+                }
+                subs(s, &p, out);
+            }
+        }
+        let mut bare = Vec::new();
+        subs(&cmd, "orch", &mut bare);
+        assert!(bare.is_empty(), "commands without a description: {bare:?}");
+    }
+
+    #[test]
+    fn stage_and_role_options_list_their_values() {
+        let mut all = Vec::new();
+        args(&Cli::command(), "orch", &mut all);
+        for (path, id) in [
+            ("orch task list", "stage"),
+            ("orch advance", "to"),
+            ("orch advance", "expect_stage"),
+            ("orch advance", "as_role"),
+            ("orch pause", "before"),
+        ] {
+            let (_, a) = all
+                .iter()
+                .find(|(p, a)| p == path && a.get_id() == id)
+                .unwrap_or_else(|| panic!("{path} --{id}"));
+            assert!(
+                a.get_possible_values().len() >= 6,
+                "{path} --{id} lists no values"
+            );
+        }
+    }
 }
