@@ -33,6 +33,9 @@ pub struct Ctx {
     /// The person behind an operator's command (`--by`, else `SUDO_USER`, `USER`, the uid's
     /// name), recorded beside the `operator` actor in the history (design §3.3).
     pub person: Option<String>,
+    /// This process logs where nobody reads (a supervisor's job log): its alerts are also
+    /// journaled for the next tick to repeat in the journal.
+    pub relay_alerts: bool,
 }
 
 /// What a command does to the state: a read command never creates a directory or a database
@@ -85,6 +88,7 @@ impl Ctx {
             now: now(),
             lease_ttl: None,
             person: None,
+            relay_alerts: false,
         })
     }
 
@@ -102,6 +106,7 @@ impl Ctx {
             now: now(),
             lease_ttl: None,
             person: None,
+            relay_alerts: false,
         })
     }
 
@@ -116,6 +121,7 @@ impl Ctx {
             now: now(),
             lease_ttl: self.lease_ttl,
             person: self.person.clone(),
+            relay_alerts: self.relay_alerts,
         })
     }
 

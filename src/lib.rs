@@ -171,6 +171,7 @@ fn dispatch(cli: Cli) -> Result<Code> {
     if access(&cli.command) == Access::Write {
         ctx.person = Some(person(g)?);
     }
+    ctx.relay_alerts = matches!(cli.command, Command::Job(_));
     let deliver = cmd::outbox::delivers_after(&cli.command);
     let code = match cli.command {
         Command::Init { .. } => Ok(Code::Ok),

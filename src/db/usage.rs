@@ -111,6 +111,30 @@ pub fn requeue_failed(c: &Connection, id: JobId, now: Ts) -> Result<bool> {
     )? == 1)
 }
 
+/// The kind of a journal row holding an alert no journal has shown yet.
+pub const UNRELAYED: &str = "alert-unrelayed";
+
+/// Alerts waiting to be repeated in the tick's log: `(row id, work item, text)`, oldest first.
+pub fn unrelayed_alerts(c: &Connection) -> Result<Vec<(i64, Option<String>, String)>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT l.id, t.work_item, l.detail FROM lessons l LEFT JOIN tasks t ON t.id = l.task_id \
+         WHERE l.kind = 'alert-unrelayed' ORDER BY l.id LIMIT 100",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Mark an alert as shown (`alert` rows stay in the journal).
+pub fn mark_relayed(c: &Connection, id: i64) -> Result<()> {
+    c.execute(
+        "UPDATE lessons SET kind = 'alert' WHERE id = ?1 AND kind = 'alert-unrelayed'",
+        [id],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -342,6 +342,13 @@ fn chat_target(ctx: &Ctx) -> Option<&str> {
 pub fn alert(ctx: &Ctx, c: &Connection, task: Option<&TaskRow>, text: &str) {
     let wi = task.map(|t| t.work_item.as_str()).unwrap_or("-");
     warn!(work_item = wi, "alert: {text}");
+    // A supervisor's log is a job log file: the next tick repeats the alert in the journal.
+    if ctx.relay_alerts
+        && let Err(e) =
+            db::misc::journal(c, task.map(|t| t.id), db::usage::UNRELAYED, text, ctx.now)
+    {
+        warn!(work_item = wi, "could not journal the alert: {e:#}");
+    }
     let Some(chat_id) = chat_target(ctx) else {
         return;
     };

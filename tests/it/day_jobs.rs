@@ -206,6 +206,16 @@ fn a_job_that_failed_for_good_is_flagged_and_retried_by_hand() {
         |w| w.job(&wi, "analyst").is_some_and(|j| j.status == "failed"),
         DEADLINE,
     );
+    // The supervisor's alert reached only its job log; the next tick repeats it, once.
+    let r = w.tick(&[]);
+    assert!(
+        r.stderr.contains("WARN")
+            && r.stderr.contains("alert: job")
+            && r.stderr.contains("failed after 1 attempts"),
+        "{r:?}"
+    );
+    let r = w.tick(&[]);
+    assert!(!r.stderr.contains("alert:"), "relayed twice: {r:?}");
     let list = w.ok(&["task", "list", "--json"], 0).json();
     assert_eq!(list["tasks"][0]["flags"][0], "failed", "{list:#}");
     assert!(w.ok(&["task", "list"], 0).stdout.contains("failed"));
