@@ -120,7 +120,6 @@ fn access(command: &Command) -> Access {
         | Command::Lease(LeaseCmd::List)
         | Command::Report(_)
         | Command::Fsck
-        | Command::Debug(_)
         | Command::Logs { .. }
         | Command::Doctor { .. } => Access::Read,
         _ => Access::Write,
@@ -166,6 +165,9 @@ fn dispatch(cli: Cli) -> Result<Code> {
     }
     if let Command::Man = &cli.command {
         return cmd::completions::man();
+    }
+    if let Command::Debug(d) = cli.command {
+        return cmd::debug::run(g.json, d);
     }
     let mut ctx = Ctx::open(g, access(&cli.command))?;
     if access(&cli.command) == Access::Write {
@@ -220,11 +222,10 @@ fn dispatch(cli: Cli) -> Result<Code> {
             follow,
             agent,
         } => cmd::logs::run(&mut ctx, &target, follow, agent),
-        Command::Doctor { .. } | Command::Completions { .. } | Command::Man => {
+        Command::Doctor { .. } | Command::Completions { .. } | Command::Man | Command::Debug(_) => {
             unreachable!("handled before the context is built")
         }
         Command::Fsck => cmd::fsck::run(&mut ctx),
-        Command::Debug(d) => cmd::debug::run(&ctx, d),
         Command::Outbox { failed } => cmd::outbox::run(&mut ctx, failed),
         Command::Ingest(a) => cmd::ingest::run(&mut ctx, a),
         Command::Events { rejected } => cmd::events::run(&mut ctx, rejected),

@@ -6,6 +6,7 @@ mod support;
 
 mod concurrency;
 mod day_audit;
+mod day_docs;
 mod day_jobs;
 mod day_json;
 mod day_state;

@@ -794,7 +794,7 @@ fn hostile_titles_are_safe() {
     let _ = std::fs::remove_file(&pwned);
     let inject = format!("$(touch {})", pwned.display());
     let backticks = format!("`touch {}` ${{HOME}} \"quoted\" 'single'", pwned.display());
-    let long = "a".repeat(10_000);
+    let long = "a".repeat(1_000);
     let longest_allowed = "b".repeat(500);
     let titles = [
         inject.as_str(),
@@ -805,7 +805,17 @@ fn hostile_titles_are_safe() {
         "a;b|c&d",
         backticks.as_str(),
     ];
-    w.ok(&["queue"], 0); // creates the state database
+    w.ok(&["tick"], 0); // creates the state database (the read commands never do)
+    // Past 1,000 characters a title is refused (one table cell, one branch name).
+    let r = w.orch(&[
+        "task",
+        "add",
+        "--repo",
+        "shop",
+        "--title",
+        &"c".repeat(1_001),
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
     let mut first = None;
     for t in titles {
         let r = w.orch(&["task", "add", "--repo", "shop", "--title", t, "--json"]);
@@ -994,7 +1004,8 @@ fn the_reconciler_leaves_a_finishing_supervisor_alone() {
     stand_in.kill().unwrap();
     stand_in.wait().unwrap();
     assert!(
-        r.stdout.contains("reconciled 0") && stage == "architecture",
+        // An idle tick prints nothing; one that did something says how much it reconciled.
+        (r.stdout.is_empty() || r.stdout.contains("reconciled 0")) && stage == "architecture",
         "the reconciler took the hop of a live supervisor that finished its job {}s ago \
          (grace {}s): stage now `{stage}`\n{r:?}",
         now() - t,

@@ -16,7 +16,7 @@ use crate::domain::stage::Role;
 use crate::ext::env::{self, Scrub};
 use crate::ext::proc::{self, Cmd, Ending, Spec};
 
-use super::{Check, Status};
+use super::check::{Check, Status};
 
 /// How long the probe may take: one short answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(180);
