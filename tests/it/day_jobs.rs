@@ -247,3 +247,53 @@ fn a_job_that_failed_for_good_is_flagged_and_retried_by_hand() {
         "the same job ran again"
     );
 }
+
+#[test]
+fn doctor_agent_runs_the_agent_once_and_reports_its_result_and_cost() {
+    let w = Sched::new(Cfg::default());
+    with_format(&w, "stream-json");
+    let r = Run::of(&mut w.stub_cmd(&["doctor", "--agent", "--json"]));
+    let v = r.json();
+    let probe = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "agent.probe")
+        .unwrap_or_else(|| panic!("{v:#}"))
+        .clone();
+    assert_eq!(probe["status"], "ok", "{probe:#}");
+    assert!(
+        probe["detail"].as_str().unwrap().contains("$0.0614"),
+        "{probe:#}"
+    );
+    // An agent that prints no result event fails the probe, naming the fix.
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    let stub = crate::support::stub_agent().display().to_string();
+    std::fs::write(&w.config, text.replace(&format!("{stub:?}"), "\"true\"")).unwrap();
+    let r = w.orch(&["doctor", "--agent"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stdout.contains("without a `result` event"), "{r:?}");
+}
+
+#[test]
+fn a_task_waiting_for_its_approval_is_flagged() {
+    let w = Sched::new(Cfg {
+        auto_approve: false,
+        ..Cfg::default()
+    });
+    let wi = w.add("Needs a human", &[]);
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+    let list = w.ok(&["task", "list", "--json"], 0).json();
+    assert_eq!(
+        list["tasks"][0]["flags"],
+        serde_json::json!(["awaiting-approval"]),
+        "{list:#}"
+    );
+    let q = w.queue();
+    assert_eq!(
+        q["tasks"][0]["flags"],
+        serde_json::json!(["awaiting-approval"]),
+        "{q:#}"
+    );
+    assert!(w.ok(&["queue"], 0).stdout.contains("awaiting-approval"));
+}

@@ -99,7 +99,9 @@ fn probe(cfg: &Config, dir: &std::path::Path) -> anyhow::Result<Check> {
                 code: Some(0) | None
             }
     );
-    let wrote = dir.join("PROBE.txt").exists();
+    let wrote = std::fs::read_dir(dir)?
+        .flatten()
+        .any(|e| e.file_name() != ".git");
     Ok(match (&result, ok_exit) {
         (Some(r), true) if !r.is_error => {
             let usage = format!(
