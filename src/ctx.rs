@@ -30,16 +30,66 @@ pub struct Ctx {
     /// this many seconds unless renewed, so a lease whose release failed is reclaimed although
     /// its owner lives on.
     pub lease_ttl: Option<i64>,
+    /// The person behind an operator's command (`--by`, else `SUDO_USER`, `USER`, the uid's
+    /// name), recorded beside the `operator` actor in the history (design §3.3).
+    pub person: Option<String>,
+    /// This process logs where nobody reads (a supervisor's job log): its alerts are also
+    /// journaled for the next tick to repeat in the journal.
+    pub relay_alerts: bool,
+}
+
+/// What a command does to the state: a read command never creates a directory or a database
+/// and opens the database read-only (docs/decisions.md, "Read commands").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// The config the global flags name, or exit 2: no config found, an empty or unreadable file,
+/// a `--state-dir` that is not a directory.
+pub fn load_config(global: &cli::Global) -> Result<Config> {
+    let path = config::require(global.config.as_deref())?;
+    let config = config::load(&path, global.state_dir.clone())?;
+    for (what, dir) in [
+        ("state_dir", &config.state_dir),
+        ("repos_dir", &config.repos_dir),
+    ] {
+        if dir.exists() && !dir.is_dir() {
+            return Err(usage(format!(
+                "{what} `{}` is not a directory; check `--state-dir`, `$ORCH_STATE_DIR` and `{what}` in `{}`",
+                dir.display(),
+                path.display()
+            )));
+        }
+    }
+    Ok(config)
 }
 
 impl Ctx {
-    /// Build from the global flags: load the config, create the state dirs, open the database.
-    pub fn open(global: &cli::Global) -> Result<Ctx> {
-        let config = match config::locate(global.config.as_deref()) {
-            Some(path) => config::load(&path, global.state_dir.clone())?,
-            None => Config::empty(global.state_dir.clone())?,
-        };
-        Self::with_config(config, global.json)
+    /// Build from the global flags: load the config, then for a writing command create the
+    /// state dirs and open (creating, migrating) the database; for a reading one open the
+    /// existing database read-only.
+    pub fn open(global: &cli::Global, access: Access) -> Result<Ctx> {
+        let config = load_config(global)?;
+        match access {
+            Access::Write => Self::with_config(config, global.json),
+            Access::Read => Self::read_only(config, global.json),
+        }
+    }
+
+    /// A context over an existing database opened read-only; nothing on disk is created.
+    pub fn read_only(config: Config, json: bool) -> Result<Ctx> {
+        let db = Db::open_read_only(&config.db_path())?;
+        Ok(Ctx {
+            config,
+            db,
+            json,
+            now: now(),
+            lease_ttl: None,
+            person: None,
+            relay_alerts: false,
+        })
     }
 
     pub fn with_config(config: Config, json: bool) -> Result<Ctx> {
@@ -55,6 +105,8 @@ impl Ctx {
             json,
             now: now(),
             lease_ttl: None,
+            person: None,
+            relay_alerts: false,
         })
     }
 
@@ -68,6 +120,8 @@ impl Ctx {
             json: self.json,
             now: now(),
             lease_ttl: self.lease_ttl,
+            person: self.person.clone(),
+            relay_alerts: self.relay_alerts,
         })
     }
 
@@ -102,19 +156,24 @@ impl Ctx {
     /// Git over the configured clones, with the config's bounds (`git.timeout_s`,
     /// `git.lock_timeout_s`).
     pub fn git(&self) -> Git {
-        let g = &self.config.git;
-        Git::new(&self.config.repos_dir)
-            .with_limits(
-                Duration::from_secs(g.timeout_s),
-                Duration::from_secs(g.lock_timeout_s),
-            )
-            .with_config(g.global_config.clone(), g.credential_helpers.clone())
+        git_for(&self.config)
     }
 
     /// A write transaction that lends the context immutably alongside it.
     pub fn write<T>(&self, f: impl FnOnce(&Ctx, &rusqlite::Connection) -> Result<T>) -> Result<T> {
         self.db.write(|tx| f(self, tx))
     }
+}
+
+/// Git over the clones of `config`, with its bounds.
+pub fn git_for(config: &Config) -> Git {
+    let g = &config.git;
+    Git::new(&config.repos_dir)
+        .with_limits(
+            Duration::from_secs(g.timeout_s),
+            Duration::from_secs(g.lock_timeout_s),
+        )
+        .with_config(g.global_config.clone(), g.credential_helpers.clone())
 }
 
 /// The wall clock in seconds since the epoch (0 if the clock is before 1970).

@@ -23,13 +23,17 @@ use anyhow::Result;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::ctx::Ctx;
+use crate::cli::{LeaseCmd, TaskCmd};
+use crate::ctx::{Access, Ctx};
 use crate::error::Code;
 
-fn init_logging(global: &cli::Global) {
+/// `service`: the command is a long-running service (`orch serve`), whose journal is its request
+/// log: one `info` line per request is shown by default.
+fn init_logging(global: &cli::Global, service: bool) {
     use tracing_subscriber::EnvFilter;
     let default = match (global.quiet, global.verbose) {
         (true, _) => "error",
+        (false, 0) if service => "info",
         (false, 0) => "warn",
         (false, 1) => "info",
         (false, _) => "debug",
@@ -45,13 +49,25 @@ fn init_logging(global: &cli::Global) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(output::LogWriter)
+        .with_ansi(colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_target(false)
         .try_init();
 }
 
+/// Colour the log only for a person at a terminal: a log file or the journal gets plain text
+/// (so `grep "WARN alert:"` finds its lines), and a set, non-empty `NO_COLOR` turns it off
+/// (no-color.org).
+fn colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// The whole program: returns the process exit code.
 pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             let code = match e.kind() {
@@ -59,10 +75,18 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
                 _ => Code::Usage as u8,
             };
             let _ = e.print();
+            // A script that asked for JSON gets its error as JSON too, even a usage error.
+            if code != 0 && args.iter().skip(1).any(|a| a == "--json") {
+                let rendered = e.render().to_string();
+                let first = rendered.lines().next().unwrap_or_default();
+                let text = first.strip_prefix("error: ").unwrap_or(first);
+                output::json_error(code, text);
+            }
             return ExitCode::from(code);
         }
     };
-    init_logging(&cli.global);
+    let json = cli.global.json;
+    init_logging(&cli.global, matches!(cli.command, Command::Serve { .. }));
     // No process of orch lends its environment or memory to a same-user process (an agent).
     if let Err(e) = ext::sys::undumpable() {
         tracing::warn!("{e:#}");
@@ -76,9 +100,44 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         Err(err) => {
             let code = error::code_of(&err);
             output::error(&err);
+            if json {
+                output::json_error(code as u8, &format!("{err:#}"));
+            }
             ExitCode::from(code as u8)
         }
     }
+}
+
+/// Whether a command may change the state. Read commands never create the state directory or
+/// the database, and open it read-only.
+fn access(command: &Command) -> Access {
+    match command {
+        Command::Queue { .. }
+        | Command::Why { .. }
+        | Command::Task(TaskCmd::List { .. } | TaskCmd::Show { .. })
+        | Command::Events { .. }
+        | Command::Outbox { .. }
+        | Command::Lease(LeaseCmd::List)
+        | Command::Report(_)
+        | Command::Fsck
+        | Command::Logs { .. }
+        | Command::Doctor { .. } => Access::Read,
+        _ => Access::Write,
+    }
+}
+
+/// Who is acting: `--by`, else the person behind `sudo`, else the login name, else the name of
+/// the uid. Validated like a name, since it is stored and shown.
+fn person(g: &cli::Global) -> Result<String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let name =
+        g.by.clone()
+            .or_else(|| env("SUDO_USER"))
+            .or_else(|| env("USER"))
+            .or_else(ext::sys::uid_name)
+            .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
+    domain::ids::check_person(&name).map_err(error::usage)?;
+    Ok(name)
 }
 
 fn dispatch(cli: Cli) -> Result<Code> {
@@ -98,7 +157,23 @@ fn dispatch(cli: Cli) -> Result<Code> {
     if let Command::Demo { dir, keep } = &cli.command {
         return cmd::demo::run(g, dir.as_deref(), *keep);
     }
-    let mut ctx = Ctx::open(g)?;
+    if let Command::Doctor { agent } = &cli.command {
+        return cmd::doctor::run(g, *agent);
+    }
+    if let Command::Completions { shell } = &cli.command {
+        return cmd::completions::completions(*shell);
+    }
+    if let Command::Man = &cli.command {
+        return cmd::completions::man();
+    }
+    if let Command::Debug(d) = cli.command {
+        return cmd::debug::run(g.json, d);
+    }
+    let mut ctx = Ctx::open(g, access(&cli.command))?;
+    if access(&cli.command) == Access::Write {
+        ctx.person = Some(person(g)?);
+    }
+    ctx.relay_alerts = matches!(cli.command, Command::Job(_));
     let deliver = cmd::outbox::delivers_after(&cli.command);
     let code = match cli.command {
         Command::Init { .. } => Ok(Code::Ok),
@@ -121,7 +196,7 @@ fn dispatch(cli: Cli) -> Result<Code> {
         Command::Why { work_item } => cmd::why::run(&mut ctx, &work_item),
         Command::Lease(l) => cmd::lease::run(&mut ctx, l),
         Command::Report(r) => cmd::report::run(&mut ctx, r),
-        Command::Tick { plan } => cmd::tick::run(&mut ctx, plan),
+        Command::Tick { plan } => cmd::tick::run(&mut ctx, plan, g.verbose > 0),
         Command::RunTests {
             work_item,
             no_advance,
@@ -141,9 +216,16 @@ fn dispatch(cli: Cli) -> Result<Code> {
             no_advance,
         ),
         Command::Job(j) => cmd::job::run(&mut ctx, j),
-        Command::Doctor => cmd::doctor::run(&mut ctx),
+        Command::Retry { target } => cmd::retry::run(&mut ctx, &target),
+        Command::Logs {
+            target,
+            follow,
+            agent,
+        } => cmd::logs::run(&mut ctx, &target, follow, agent),
+        Command::Doctor { .. } | Command::Completions { .. } | Command::Man | Command::Debug(_) => {
+            unreachable!("handled before the context is built")
+        }
         Command::Fsck => cmd::fsck::run(&mut ctx),
-        Command::Debug(d) => cmd::debug::run(&ctx, d),
         Command::Outbox { failed } => cmd::outbox::run(&mut ctx, failed),
         Command::Ingest(a) => cmd::ingest::run(&mut ctx, a),
         Command::Events { rejected } => cmd::events::run(&mut ctx, rejected),
@@ -154,4 +236,18 @@ fn dispatch(cli: Cli) -> Result<Code> {
         cmd::outbox::deliver_after(&ctx);
     }
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_is_coloured_only_at_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour(true, None));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None));
+    }
 }

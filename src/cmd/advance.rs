@@ -49,6 +49,10 @@ pub fn run(ctx: &mut Ctx, a: AdvanceArgs) -> Result<Code> {
         .as_deref()
         .map(|r| r.parse::<Role>().map_err(|e| usage(e.to_string())))
         .transpose()?;
+    if let Some(r) = &a.reason {
+        crate::domain::ids::check_line("--reason", r, crate::domain::ids::MAX_LINE)
+            .map_err(usage)?;
+    }
     let to = match a.to.as_deref() {
         Some(s) => Some(Override {
             to: stage_arg(s)?,

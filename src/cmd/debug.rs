@@ -5,7 +5,6 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::cli::DebugCmd;
-use crate::ctx::Ctx;
 use crate::error::Code;
 use crate::ext::failpoint;
 use crate::output;
@@ -22,10 +21,11 @@ struct Points {
     failpoints: Vec<Point>,
 }
 
-pub fn run(ctx: &Ctx, cmd: DebugCmd) -> Result<Code> {
+/// Needs no config and no state: it lists what the binary holds.
+pub fn run(json: bool, cmd: DebugCmd) -> Result<Code> {
     match cmd {
         DebugCmd::Failpoints => {
-            if ctx.json {
+            if json {
                 output::json(&Points {
                     schema_version: 1,
                     failpoints: failpoint::ALL

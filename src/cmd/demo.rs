@@ -46,6 +46,26 @@ pub fn run(g: &Global, dir: Option<&Path>, keep: bool) -> Result<Code> {
     });
     bar.finish_and_clear();
     let res = res?;
+    // A failed demo keeps its world: the logs inside it say why.
+    let kept = keep || !res.reached_done;
+    if !kept {
+        let _ = std::fs::remove_dir_all(&res.dir);
+    }
+    if g.json {
+        output::json(&DemoOut {
+            schema_version: 1,
+            work_item: demo::WORK_ITEM,
+            stage: res.stage.as_str(),
+            reached_done: res.reached_done,
+            elapsed_s: res.elapsed.as_secs_f64(),
+            ticks: res.ticks,
+            kept,
+            dir: kept.then(|| res.dir.display().to_string()),
+            config: kept.then(|| cfg.display().to_string()),
+            jobs: &res.rows,
+        });
+        return finish(&res, &dir);
+    }
     output::table(
         Some(&format!(
             "{} reached `{}` in {:.1}s ({} ticks)",
@@ -69,8 +89,7 @@ pub fn run(g: &Global, dir: Option<&Path>, keep: bool) -> Result<Code> {
             .collect(),
         "no jobs ran",
     );
-    // A failed demo keeps its world: the logs inside it say why.
-    if keep || !res.reached_done {
+    if kept {
         output::line(&format!(
             "the world is in {}: config {}, remote {}; try `orch --config {} task show {}`",
             res.dir.display(),
@@ -80,9 +99,27 @@ pub fn run(g: &Global, dir: Option<&Path>, keep: bool) -> Result<Code> {
             demo::WORK_ITEM
         ));
     } else {
-        let _ = std::fs::remove_dir_all(&res.dir);
         output::line("the world was removed (keep it with `--keep` or `--dir DIR`)");
     }
+    finish(&res, &dir)
+}
+
+/// `--json`: the run as one object (`docs/json.md`).
+#[derive(serde::Serialize)]
+struct DemoOut<'a> {
+    schema_version: u32,
+    work_item: &'static str,
+    stage: &'static str,
+    reached_done: bool,
+    elapsed_s: f64,
+    ticks: u64,
+    kept: bool,
+    dir: Option<String>,
+    config: Option<String>,
+    jobs: &'a [demo::Row],
+}
+
+fn finish(res: &demo::DemoResult, dir: &Path) -> Result<Code> {
     if res.reached_done {
         Ok(Code::Ok)
     } else {

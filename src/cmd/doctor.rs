@@ -4,14 +4,21 @@
 
 use anyhow::Result;
 
-use crate::ctx::Ctx;
+use crate::cli::Global;
 use crate::error::Code;
 use crate::ops::doctor;
 use crate::output;
 
-pub fn run(ctx: &mut Ctx) -> Result<Code> {
-    let rep = doctor::doctor(ctx);
-    if ctx.json {
+/// Doctor reads: it opens the database read-only and reports one it cannot open as a failed
+/// check instead of stopping there.
+pub fn run(g: &Global, agent: bool) -> Result<Code> {
+    let config = crate::ctx::load_config(g)?;
+    let db = crate::db::Db::open_read_only(&config.db_path());
+    let mut rep = doctor::doctor(&config, &db);
+    if agent {
+        rep.checks.push(doctor::agent_probe(&config));
+    }
+    if g.json {
         output::json(&rep);
     } else {
         let width = rep.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);

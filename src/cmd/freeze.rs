@@ -6,6 +6,6 @@ use crate::ctx::Ctx;
 use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, repo: &str, reason: &str) -> Result<Code> {
-    let msg = crate::ops::task::freeze(ctx, repo, reason)?;
-    Ok(super::print_message(ctx.json, &msg))
+    let (changed, msg) = crate::ops::task::freeze(ctx, repo, reason)?;
+    Ok(super::print_change(ctx.json, ("repo", repo), changed, &msg))
 }

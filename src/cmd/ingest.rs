@@ -23,9 +23,7 @@ struct IngestedOut<'a> {
     delivery_id: &'a str,
     outcome: &'static str,
     reason: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     work_item: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     replay_of: Option<i64>,
 }
 

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use crate::cli::Global;
 use crate::config;
 use crate::error::{Code, usage};
+use crate::output;
 
 pub fn run(g: &Global, dir: Option<&Path>) -> Result<Code> {
     let dir = dir.unwrap_or_else(|| Path::new("."));
@@ -34,5 +35,15 @@ pub fn run(g: &Global, dir: Option<&Path>) -> Result<Code> {
         path.display(),
         ctx.config.state_dir.display()
     );
-    Ok(super::print_message(g.json, &msg))
+    if g.json {
+        output::json(&serde_json::json!({
+            "schema_version": 1,
+            "config": path.display().to_string(),
+            "state_dir": ctx.config.state_dir.display().to_string(),
+            "message": msg,
+        }));
+    } else {
+        output::line(&msg);
+    }
+    Ok(Code::Ok)
 }

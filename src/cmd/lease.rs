@@ -75,7 +75,12 @@ pub fn run(ctx: &mut Ctx, cmd: LeaseCmd) -> Result<Code> {
                 }
             };
             let msg = lease::release(ctx, target, force)?;
-            Ok(super::print_message(ctx.json, &msg))
+            let subject = match (&work_item, &merge) {
+                (Some(w), _) => ("work_item", w.as_str()),
+                (_, Some(r)) => ("merge_repo", r.as_str()),
+                (None, None) => ("work_item", ""),
+            };
+            Ok(super::print_change(ctx.json, subject, true, &msg))
         }
     }
 }

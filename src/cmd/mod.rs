@@ -4,6 +4,7 @@
 pub mod advance;
 pub mod approve;
 pub mod cancel;
+pub mod completions;
 pub mod confirm_deploy;
 pub mod debug;
 pub mod demo;
@@ -15,11 +16,13 @@ pub mod ingest;
 pub mod init;
 pub mod job;
 pub mod lease;
+pub mod logs;
 pub mod outbox;
 pub mod pause;
 pub mod queue;
 pub mod report;
 pub mod resume;
+pub mod retry;
 pub mod run_tests;
 pub mod serve;
 pub mod task;
@@ -39,7 +42,6 @@ struct GestureOut<'a> {
     work_item: &'a str,
     message: &'a str,
     exit_code: u8,
-    #[serde(skip_serializing_if = "Option::is_none")]
     advance: Option<advance::ReportOut<'a>>,
 }
 
@@ -59,19 +61,22 @@ pub(crate) fn print_gesture(json: bool, g: &Gesture) -> Code {
     g.code
 }
 
-#[derive(Serialize)]
-struct Message<'a> {
-    schema_version: u32,
-    message: &'a str,
-}
-
-/// Print a one-line result.
-pub(crate) fn print_message(json: bool, message: &str) -> Code {
+/// What a mutation without a richer result answers with `--json`: what it acted on (one key
+/// named for it: `repo`, `work_item`, `merge_repo`), whether it changed anything, and the line
+/// an operator reads.
+pub(crate) fn print_change(
+    json: bool,
+    subject: (&str, &str),
+    changed: bool,
+    message: &str,
+) -> Code {
     if json {
-        output::json(&Message {
-            schema_version: 1,
-            message,
-        });
+        let mut doc = serde_json::Map::new();
+        doc.insert("schema_version".into(), 1.into());
+        doc.insert(subject.0.into(), subject.1.into());
+        doc.insert("changed".into(), changed.into());
+        doc.insert("message".into(), message.into());
+        output::json(&doc);
     } else {
         output::line(message);
     }

@@ -40,7 +40,8 @@ pub fn run(ctx: &mut Ctx, repo: Option<&str>) -> Result<Code> {
             "repo",
             "pid",
             "agent pid",
-            "started",
+            "running for",
+            "log",
         ],
         s.running
             .iter()
@@ -52,7 +53,8 @@ pub fn run(ctx: &mut Ctx, repo: Option<&str>) -> Result<Code> {
                     r.repo.clone(),
                     r.pid.map(|p| p.to_string()).unwrap_or_default(),
                     r.agent_pid.map(|p| p.to_string()).unwrap_or_default(),
-                    r.started_at.clone().unwrap_or_default(),
+                    r.elapsed_s.map(human_duration).unwrap_or_default(),
+                    r.log.clone(),
                 ]
             })
             .collect(),
@@ -82,25 +84,17 @@ pub fn run(ctx: &mut Ctx, repo: Option<&str>) -> Result<Code> {
     );
     output::table(
         Some("active tasks"),
-        &["work item", "repo", "stage", "in stage", "flags"],
+        &["work item", "repo", "stage", "in stage", "cost", "flags"],
         s.tasks
             .iter()
             .map(|t| {
-                let flags: Vec<&str> = [
-                    (t.paused, "paused"),
-                    (t.blocked, "blocked"),
-                    (t.held, "held"),
-                ]
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, n)| *n)
-                .collect();
                 vec![
                     t.work_item.clone(),
                     t.repo.clone(),
                     t.stage.clone(),
                     human_duration(t.age_in_stage_s),
-                    flags.join(","),
+                    format!("${:.2}", t.cost_usd),
+                    t.flags.join(","),
                 ]
             })
             .collect(),

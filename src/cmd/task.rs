@@ -32,8 +32,13 @@ struct ListOut<'a> {
 pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
     match cmd {
         TaskCmd::Add(a) => add(ctx, a),
-        TaskCmd::List { all, repo, stage } => {
-            let tasks = show::list(ctx, all, repo.as_deref(), stage.as_deref())?;
+        TaskCmd::List {
+            all,
+            repo,
+            stage,
+            failed,
+        } => {
+            let tasks = show::list(ctx, all, repo.as_deref(), stage.as_deref(), failed)?;
             if ctx.json {
                 output::json(&ListOut {
                     schema_version: 1,
@@ -48,33 +53,30 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
                         "stage",
                         "in stage",
                         "retries",
+                        "cost",
                         "flags",
                         "title",
                     ],
                     tasks
                         .iter()
                         .map(|t| {
-                            let flags: Vec<&str> = [
-                                (t.paused, "paused"),
-                                (t.blocked, "blocked"),
-                                (t.held, "held"),
-                            ]
-                            .iter()
-                            .filter(|(on, _)| *on)
-                            .map(|(_, n)| *n)
-                            .collect();
                             vec![
                                 t.work_item.clone(),
                                 t.repo.clone(),
                                 t.stage.clone(),
                                 human_duration(t.age_in_stage_s),
                                 t.dev_retries.to_string(),
-                                flags.join(","),
+                                format!("${:.2}", t.cost_usd),
+                                t.flags.join(","),
                                 t.title.clone(),
                             ]
                         })
                         .collect(),
-                    "no tasks",
+                    if all {
+                        "no tasks"
+                    } else {
+                        "no active tasks; `orch task list --all` also shows finished ones"
+                    },
                 );
             }
             Ok(Code::Ok)
@@ -89,6 +91,19 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
             output::line(&format!(
                 "repo {} · stage {} · track {} · branch {} · developer retries {}",
                 d.repo, d.stage, d.track, d.branch, d.dev_retries
+            ));
+            let total = &d.cost.total;
+            output::line(&format!(
+                "agents: {} run(s), {} tokens in / {} out, ${:.4}, wall {}{}",
+                total.runs,
+                total.input_tokens,
+                total.output_tokens,
+                total.cost_usd,
+                human_duration(total.wall_s as i64),
+                d.cost
+                    .budget_usd
+                    .map(|b| format!(" (budget ${b:.2})"))
+                    .unwrap_or_default()
             ));
             for (label, v) in [
                 (
@@ -121,6 +136,7 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
                         .map(|at| format!("{at}: {}", d.held_reason.clone().unwrap_or_default())),
                 ),
                 ("cancelled", d.cancelled_at.clone()),
+                ("flags", (!d.flags.is_empty()).then(|| d.flags.join(", "))),
             ] {
                 if let Some(v) = v {
                     output::line(&format!("{label}: {v}"));
@@ -140,6 +156,15 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
                 d.jobs
                     .iter()
                     .map(|j| {
+                        // A running job says for how long and where its log is.
+                        let note = match j.elapsed_s {
+                            Some(s) => format!("running {}; log {}", human_duration(s), j.log),
+                            None => j
+                                .error
+                                .clone()
+                                .or_else(|| j.note.clone())
+                                .unwrap_or_default(),
+                        };
                         vec![
                             j.id.to_string(),
                             j.role.clone(),
@@ -147,12 +172,32 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
                             j.status.clone(),
                             format!("{}/{}", j.attempts, j.max_attempts),
                             j.available_at.clone(),
-                            j.error.clone().unwrap_or_default(),
+                            note,
                         ]
                     })
                     .collect(),
                 "no jobs",
             );
+            if !d.cost.stages.is_empty() {
+                output::table(
+                    Some("agent cost per stage"),
+                    &["stage", "runs", "tokens in / out", "cost", "wall"],
+                    d.cost
+                        .stages
+                        .iter()
+                        .map(|s| {
+                            vec![
+                                s.stage.clone(),
+                                s.spent.runs.to_string(),
+                                format!("{} / {}", s.spent.input_tokens, s.spent.output_tokens),
+                                format!("${:.4}", s.spent.cost_usd),
+                                human_duration(s.spent.wall_s as i64),
+                            ]
+                        })
+                        .collect(),
+                    "none",
+                );
+            }
             output::table(
                 Some("history"),
                 &["at", "from", "to", "actor", "outcome", "reason"],
@@ -167,7 +212,10 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
                             t.at.clone(),
                             t.from.clone(),
                             t.to.clone(),
-                            t.actor.clone(),
+                            match &t.by {
+                                Some(p) => format!("{} ({p})", t.actor),
+                                None => t.actor.clone(),
+                            },
                             t.outcome.clone(),
                             reason,
                         ]

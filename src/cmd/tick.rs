@@ -6,7 +6,9 @@ use crate::ctx::Ctx;
 use crate::error::Code;
 use crate::output;
 
-pub fn run(ctx: &mut Ctx, plan: bool) -> Result<Code> {
+/// `verbose`: print the summary line even when the pass did nothing (a timer runs a tick every
+/// 10 s; an idle one writes nothing to the journal).
+pub fn run(ctx: &mut Ctx, plan: bool, verbose: bool) -> Result<Code> {
     let rep = crate::ops::tick::tick(ctx, plan)?;
     let code = if rep.errors.is_empty() {
         Code::Ok
@@ -27,11 +29,11 @@ pub fn run(ctx: &mut Ctx, plan: bool) -> Result<Code> {
             output::line("  nothing to do");
         }
     }
-    if plan || !rep.actions.is_empty() {
-        for a in &rep.actions {
-            output::line(&format!("  {a}"));
-        }
+    for a in &rep.actions {
+        output::line(&format!("  {}", a.text));
     }
-    output::line(&rep.summary());
+    if plan || verbose || !rep.idle() {
+        output::line(&rep.summary());
+    }
     Ok(code)
 }

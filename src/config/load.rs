@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Deserialize;
 
 use super::types::*;
@@ -33,14 +33,6 @@ struct RawConfig {
     git: GitCfg,
 }
 
-impl Config {
-    /// The config with no file at all: used by commands that must work before `orch init`.
-    pub fn empty(state_dir: Option<PathBuf>) -> Result<Config> {
-        let raw: RawConfig = serde_yaml::from_str("{}").context("building the empty config")?;
-        finish(raw, None, state_dir)
-    }
-}
-
 /// Which file to read: `--config`, `$ORCH_CONFIG`, `./orch.yaml`, `/etc/orch/orch.yaml`.
 pub fn locate(flag: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = flag {
@@ -52,18 +44,41 @@ pub fn locate(flag: Option<&Path>) -> Option<PathBuf> {
     ["orch.yaml", "/etc/orch/orch.yaml"]
         .iter()
         .map(PathBuf::from)
-        .find(|p| p.is_file())
+        .find(|p| p.exists())
+}
+
+/// `locate`, or the usage error every command but `init` and `demo` gives without a config: a
+/// command never runs on defaults it guessed (it would create `/var/lib/orch/orch.db`).
+pub fn require(flag: Option<&Path>) -> Result<PathBuf> {
+    locate(flag).ok_or_else(|| {
+        usage(
+            "no config found (looked at --config, $ORCH_CONFIG, ./orch.yaml, \
+             /etc/orch/orch.yaml); run `orch init`",
+        )
+    })
 }
 
 /// Load and validate. `state_dir_flag` (from `--state-dir`) wins over `ORCH_STATE_DIR`, which
 /// wins over the file.
 pub fn load(path: &Path, state_dir_flag: Option<PathBuf>) -> Result<Config> {
-    let text = std::fs::read(path).map_err(|e| {
-        usage(format!(
-            "cannot read config `{}`: {e}; `orch init` writes a starter config",
+    let text = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => usage(format!(
+            "config `{}` does not exist; `orch init` writes a starter config",
             path.display()
-        ))
+        )),
+        std::io::ErrorKind::PermissionDenied => usage(format!(
+            "cannot read config `{}`: permission denied; run as a user that may read it \
+             (the service runs as `orch`: `sudo -u orch orch …`)",
+            path.display()
+        )),
+        _ => usage(format!("cannot read config `{}`: {e}", path.display())),
     })?;
+    if is_blank_yaml(&text) {
+        return Err(usage(format!(
+            "config `{}` is empty; `orch init` writes a starter config",
+            path.display()
+        )));
+    }
     let raw: RawConfig = serde_yaml::from_slice(&text).map_err(|e| {
         usage(format!(
             "invalid config `{}`: {}",
@@ -73,6 +88,14 @@ pub fn load(path: &Path, state_dir_flag: Option<PathBuf>) -> Result<Config> {
     })?;
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     finish(raw, Some(abs), state_dir_flag)
+}
+
+/// Nothing but blank lines and comments: a file that says nothing is no config.
+fn is_blank_yaml(text: &[u8]) -> bool {
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with('#') || l == "---")
 }
 
 fn first_line(s: &str) -> &str {

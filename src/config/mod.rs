@@ -9,7 +9,7 @@ mod load;
 mod types;
 mod validate;
 
-pub use load::{STARTER, load, locate};
+pub use load::{STARTER, load, locate, require};
 pub use types::*;
 
 #[cfg(test)]

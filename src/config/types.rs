@@ -45,6 +45,11 @@ pub struct AgentCfg {
     pub usage_limit_backoff_s: u64,
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
+    /// The most a task's agents may cost, in US dollars: a task whose next agent job would
+    /// take its spending past this is held with the reason instead of launched. `None`: no
+    /// budget.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
     /// Variables kept in a child's environment although a deny glob matches them (the agent
     /// CLI's own credentials, e.g. `ANTHROPIC_API_KEY`). A `*_env` secret of the config is
     /// never kept, listed here or not.
@@ -99,6 +104,7 @@ impl Default for AgentCfg {
             inactivity_timeout_s: default_inactivity(),
             usage_limit_backoff_s: default_usage_backoff(),
             max_attempts: default_max_attempts(),
+            budget_usd: None,
             env_allow: Vec::new(),
             sandbox: None,
             sandbox_writable: Vec::new(),
@@ -114,6 +120,9 @@ pub struct RoleCfg {
     pub model: Option<String>,
     pub effort: Option<String>,
     pub timeout_s: Option<u64>,
+    /// The tools the role's agent may use without asking (`{tools}` in `agent.argv`, handed
+    /// to `--allowedTools`); default per role: `domain::agent::default_tools`.
+    pub tools: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -474,12 +483,17 @@ pub(super) fn default_agent_argv() -> Vec<String> {
     [
         "claude",
         "--print",
+        "--verbose",
         "--output-format",
-        "json",
+        "stream-json",
         "--model",
         "{model}",
         "--system-prompt-file",
         "{prompt_file}",
+        "--permission-mode",
+        "acceptEdits",
+        "--allowedTools",
+        "{tools}",
     ]
     .map(String::from)
     .to_vec()

@@ -43,6 +43,14 @@ pub(super) fn validate(cfg: &Config) -> Result<()> {
         cfg.agent.inactivity_timeout_s,
     )?;
     at_least_one("agent.max_attempts".into(), cfg.agent.max_attempts.into())?;
+    if let Some(b) = cfg.agent.budget_usd
+        && !(b.is_finite() && b > 0.0)
+    {
+        return Err(bad(
+            "agent.budget_usd".into(),
+            "must be a positive number of US dollars".into(),
+        ));
+    }
     at_least_one(
         "scheduler.reaper_max_running_s".into(),
         cfg.scheduler.reaper_max_running_s,

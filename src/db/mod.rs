@@ -14,6 +14,7 @@ pub mod release;
 mod schema;
 pub mod tasks;
 pub mod transitions;
+pub mod usage;
 
 use std::path::Path;
 use std::time::Duration;
@@ -54,6 +55,46 @@ impl Db {
         let mut db = Db { conn };
         db.migrate()
             .with_context(|| format!("migrating database `{}`", path.display()))?;
+        Ok(db)
+    }
+
+    /// Open an existing database for reading only: never creates, never migrates, never
+    /// writes (an operator with read access to the state directory can run the read commands).
+    /// A database whose schema is older than this orch is refused with the fix, because the
+    /// queries of this binary name columns the old schema lacks (docs/decisions.md).
+    pub fn open_read_only(path: &Path) -> Result<Db> {
+        if !path.is_file() {
+            return Err(crate::error::usage(format!(
+                "no database at `{}`: nothing has run with this state directory (a mistyped \
+                 `--state-dir` or `state_dir`?); a writing command such as `orch init`, \
+                 `orch task add` or `orch tick` creates it",
+                path.display()
+            )));
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_context(|| format!("opening database `{}` read-only", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .context("setting the busy timeout")?;
+        let db = Db { conn };
+        let target = schema::MIGRATIONS.len() as i64;
+        let current = db
+            .schema_version()
+            .with_context(|| format!("reading database `{}`", path.display()))?;
+        if current < target {
+            bail!(
+                "database `{}` has schema version {current} and this orch reads version {target}; \
+                 a writing command (`orch tick`, run as the owner of the state) migrates it",
+                path.display()
+            );
+        }
+        if current > target {
+            bail!(
+                "database schema version {current} is newer than this orch ({target}); upgrade orch"
+            );
+        }
         Ok(db)
     }
 
@@ -233,6 +274,30 @@ mod tests {
         let payload: serde_json::Value =
             serde_json::from_str(stored.lines().last().unwrap()).unwrap();
         assert!(payload["html"].is_string(), "the payload is still JSON");
+    }
+
+    #[test]
+    fn read_only_open_never_creates_and_refuses_an_old_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("orch.db");
+        let e = format!("{:#}", Db::open_read_only(&p).err().unwrap());
+        assert!(e.contains("no database at"), "{e}");
+        assert!(!p.exists(), "a read-only open created the database");
+        drop(Db::open(&p).unwrap());
+        let db = Db::open_read_only(&p).unwrap();
+        assert!(
+            db.write(|tx| Ok(tx.execute("DELETE FROM tasks", [])?))
+                .is_err()
+        );
+        drop(db);
+        let c = Connection::open(&p).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        drop(c);
+        let e = format!("{:#}", Db::open_read_only(&p).err().unwrap());
+        assert!(
+            e.contains("schema version 1") && e.contains("orch tick"),
+            "{e}"
+        );
     }
 
     #[test]

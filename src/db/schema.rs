@@ -276,4 +276,12 @@ CREATE TABLE release_steps (
 );
 CREATE INDEX release_steps_proof ON release_steps(task_id) WHERE step = 'merge' AND status = 'pass';
 "#,
+    // 7: the person behind an operator's gesture (`--by`, `SUDO_USER`, `USER`): the `actor`
+    // column says `operator` for every person, this one says who.
+    // An alert raised where no one reads the log (a supervisor writes to its job log) is
+    // journaled `alert-unrelayed` until the next tick repeats it in the journal.
+    r#"
+ALTER TABLE transitions ADD COLUMN by_person TEXT;
+CREATE INDEX lessons_unrelayed ON lessons(id) WHERE kind = 'alert-unrelayed';
+"#,
 ];

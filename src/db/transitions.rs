@@ -21,6 +21,8 @@ pub struct TransitionRow {
     pub at: Ts,
     pub overridden_verdict: Option<String>,
     pub artifact_sha256: Option<String>,
+    /// The person behind an operator's row.
+    pub by: Option<String>,
 }
 
 pub struct NewTransition<'a> {
@@ -32,12 +34,14 @@ pub struct NewTransition<'a> {
     pub reason: &'a str,
     pub overridden_verdict: Option<&'a str>,
     pub artifact_sha256: Option<&'a str>,
+    pub by: Option<&'a str>,
 }
 
 pub fn insert(c: &Connection, t: &NewTransition<'_>, now: Ts) -> Result<()> {
     c.execute(
         "INSERT INTO transitions (task_id, from_stage, to_stage, actor, outcome, reason, at, \
-         overridden_verdict, artifact_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         overridden_verdict, artifact_sha256, by_person) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             t.task_id.0,
             t.from.as_str(),
@@ -47,14 +51,15 @@ pub fn insert(c: &Connection, t: &NewTransition<'_>, now: Ts) -> Result<()> {
             super::scrub(t.reason),
             now,
             t.overridden_verdict,
-            t.artifact_sha256
+            t.artifact_sha256,
+            t.by.map(super::scrub)
         ],
     )?;
     Ok(())
 }
 
 const SELECT: &str = "SELECT t.id, t.task_id, k.work_item, t.from_stage, t.to_stage, t.actor, \
-    t.outcome, t.reason, t.at, t.overridden_verdict, t.artifact_sha256 \
+    t.outcome, t.reason, t.at, t.overridden_verdict, t.artifact_sha256, t.by_person \
     FROM transitions t JOIN tasks k ON k.id = t.task_id";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TransitionRow> {
@@ -70,6 +75,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TransitionRow> {
         at: r.get(8)?,
         overridden_verdict: r.get(9)?,
         artifact_sha256: r.get(10)?,
+        by: r.get(11)?,
     })
 }
 

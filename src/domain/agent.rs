@@ -8,6 +8,7 @@
 //! words in its text or in the output around it, and a value from it that will reach an argv is
 //! validated first.
 
+use crate::domain::stage::Role;
 use serde_json::Value;
 
 pub const EFFORTS: [&str; 5] = ["low", "medium", "high", "xhigh", "max"];
@@ -49,6 +50,24 @@ pub fn resolve(
         ));
     }
     (None, warnings)
+}
+
+/// The tools a role's agent may use without asking (`{tools}`; Claude CLI `--allowedTools`).
+/// Every role reads the repository and writes its artifacts; the roles that build and run
+/// code (developer, tester, deployer) also get the shell. Headless (`--print`), a tool that is
+/// not allowed is refused, and an agent without `Write` exits 0 having changed nothing.
+pub fn default_tools(role: Role) -> &'static str {
+    match role {
+        Role::Analyst | Role::Architect | Role::Reviewer => {
+            "Read Glob Grep LS Write Edit MultiEdit TodoWrite Bash(git log:*) Bash(git diff:*) \
+             Bash(git show:*) Bash(git status:*) Bash(ls:*)"
+        }
+        Role::Developer | Role::Tester | Role::Deployer => {
+            "Read Glob Grep LS Write Edit MultiEdit TodoWrite Bash"
+        }
+        // Deterministic roles: no agent is ever launched for them (`Role::is_agent`).
+        Role::Releaser | Role::Monitor => "",
+    }
 }
 
 /// Expand the argv template. A `{name}` whose value is `None` removes its argument, and when
@@ -188,6 +207,23 @@ pub fn is_usage_limit(result: Option<&AgentResult>) -> bool {
     })
 }
 
+/// The budget rule (`agent.budget_usd`): a task's next agent job is expected to cost what its
+/// runs cost on average so far; when what it spent plus that would pass the budget, the task is
+/// held with this reason instead of launched. `None`: the job may run.
+pub fn over_budget(spent_usd: f64, runs: u64, budget_usd: f64) -> Option<String> {
+    let next = if runs == 0 {
+        0.0
+    } else {
+        spent_usd / runs as f64
+    };
+    (spent_usd + next > budget_usd || spent_usd >= budget_usd).then(|| {
+        format!(
+            "budget: its agents spent ${spent_usd:.2} of ${budget_usd:.2} (agent.budget_usd) and \
+             the next run is expected to cost ${next:.2}; raise the budget, then `orch resume`"
+        )
+    })
+}
+
 /// Retry delay after failed attempt `n` (1-based): `min(base · 2^(n−1), 1 h)` plus up to 10 %
 /// jitter derived from `seed` (so callers stay deterministic in tests). design §4.4's base is 60 s.
 pub fn backoff_s(base: u64, n: u32, seed: u64) -> i64 {
@@ -200,6 +236,19 @@ pub fn backoff_s(base: u64, n: u32, seed: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_job_may_not_take_a_task_past_its_budget() {
+        assert_eq!(over_budget(0.0, 0, 1.0), None);
+        assert_eq!(over_budget(0.4, 2, 1.0), None, "0.4 + 0.2 fits");
+        assert!(over_budget(0.6, 2, 1.0).is_none(), "0.6 + 0.3 fits");
+        let why = over_budget(0.8, 2, 1.0).unwrap();
+        assert!(
+            why.contains("$0.80 of $1.00") && why.contains("orch resume"),
+            "{why}"
+        );
+        assert!(over_budget(1.0, 0, 1.0).is_some(), "spent it all");
+    }
 
     #[test]
     fn models_and_efforts() {

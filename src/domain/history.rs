@@ -61,10 +61,12 @@ pub enum Outcome {
     Cancelled,
     Override,
     Checked,
+    /// An operator re-queued a job that had failed for good (`orch retry`).
+    Retried,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::Advanced,
         Outcome::RolledBack,
         Outcome::NotSatisfied,
@@ -80,6 +82,7 @@ impl Outcome {
         Outcome::Cancelled,
         Outcome::Override,
         Outcome::Checked,
+        Outcome::Retried,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -99,6 +102,7 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::Override => "override",
             Outcome::Checked => "checked",
+            Outcome::Retried => "retried",
         }
     }
 
@@ -114,7 +118,8 @@ impl Outcome {
             | Outcome::Unfrozen
             | Outcome::Cancelled
             | Outcome::Override
-            | Outcome::Checked => Code::Ok,
+            | Outcome::Checked
+            | Outcome::Retried => Code::Ok,
             Outcome::RolledBack | Outcome::NotSatisfied => Code::No,
             Outcome::Deferred | Outcome::StageCasLost => Code::Busy,
             Outcome::Held | Outcome::Blocked => Code::Held,

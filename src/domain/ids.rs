@@ -135,9 +135,71 @@ pub fn printable(s: &str) -> String {
     out
 }
 
+/// The longest title or reason an operator may type (characters).
+pub const MAX_LINE: usize = 1000;
+
+/// Bidirectional formatting characters: they make a line display in another order than it
+/// reads (a reason that looks harmless in `orch task show` but says something else).
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// Text an operator types that is stored and shown in one table cell (`--title`, `--reason`,
+/// `--by`): one non-empty line, no control or bidirectional formatting character, at most
+/// `max` characters. The error names the flag.
+pub fn check_line(flag: &str, s: &str, max: usize) -> Result<(), String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(format!("`{flag}` must be non-empty"));
+    }
+    if t.contains(['\n', '\r']) {
+        return Err(format!("`{flag}` must be one line"));
+    }
+    if let Some(c) = t.chars().find(|c| c.is_control() || is_bidi_control(*c)) {
+        return Err(format!(
+            "`{flag}` contains the control character U+{:04X}; type plain text",
+            c as u32
+        ));
+    }
+    let n = t.chars().count();
+    if n > max {
+        return Err(format!(
+            "`{flag}` is {n} characters long; at most {max} are kept"
+        ));
+    }
+    Ok(())
+}
+
+/// The name of the person behind an operator's command (`--by`, `SUDO_USER`, `USER`).
+pub fn check_person(s: &str) -> Result<(), String> {
+    check_line("--by", s, 64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operator_text_is_one_plain_line_of_bounded_length() {
+        for (s, ok) in [
+            ("fix the flaky test", true),
+            ("", false),
+            ("   ", false),
+            ("two\nlines", false),
+            ("tab\there", false),
+            ("evil \u{202E}txt.exe", false),
+            ("isolate \u{2067}x", false),
+            ("caf\u{e9} \u{1F600}", true),
+        ] {
+            assert_eq!(check_line("--reason", s, MAX_LINE).is_ok(), ok, "{s:?}");
+        }
+        assert!(check_line("--title", &"x".repeat(MAX_LINE), MAX_LINE).is_ok());
+        let e = check_line("--title", &"x".repeat(MAX_LINE + 1), MAX_LINE).unwrap_err();
+        assert!(e.contains("1001 characters"), "{e}");
+    }
 
     #[test]
     fn work_item_ids() {

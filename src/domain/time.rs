@@ -42,9 +42,72 @@ pub fn human_duration(secs: i64) -> String {
     }
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (the inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A `--since` value: a window back from `now` (`30m`, `24h`, `7d`) or a UTC date
+/// (`2026-01-31`, midnight).
+pub fn parse_since(s: &str, now: Ts) -> Result<Ts, String> {
+    let bad = || format!("`{s}` is not a window (`30m`, `24h`, `7d`) or a date (`2026-01-31`)");
+    let t = s.trim();
+    if let Some((num, unit)) = t
+        .char_indices()
+        .last()
+        .map(|(i, c)| (&t[..i], c))
+        .filter(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        let per = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 7 * 86_400,
+            _ => return Err(bad()),
+        };
+        return n.checked_mul(per).map(|w| now - w).ok_or_else(bad);
+    }
+    let parts: Vec<&str> = t.split('-').collect();
+    if let [y, m, d] = parts[..]
+        && y.len() == 4
+        && m.len() == 2
+        && d.len() == 2
+    {
+        let (y, m, d) = (
+            y.parse::<i64>().map_err(|_| bad())?,
+            m.parse::<u32>().map_err(|_| bad())?,
+            d.parse::<u32>().map_err(|_| bad())?,
+        );
+        if (1..=12).contains(&m) && (1..=31).contains(&d) {
+            return Ok(days_from_civil(y, m, d) * 86_400);
+        }
+    }
+    Err(bad())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn since_is_a_window_or_a_date() {
+        assert_eq!(parse_since("24h", 100_000), Ok(100_000 - 86_400));
+        assert_eq!(parse_since("30m", 10_000), Ok(10_000 - 1800));
+        assert_eq!(parse_since("7d", 0), Ok(-7 * 86_400));
+        assert_eq!(parse_since("2000-02-29", 0), Ok(951_782_400));
+        assert_eq!(parse_since("1970-01-01", 5), Ok(0));
+        for bad in ["", "h", "24", "24x", "-1d", "2026-13-01", "yesterday"] {
+            assert!(parse_since(bad, 0).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn formats_known_instants() {

@@ -168,6 +168,14 @@ pub fn private_dir(dir: &std::path::Path, mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("setting the mode of `{}`", dir.display()))
 }
 
+/// The name of the user this process runs as, from the user database.
+pub fn uid_name() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
 /// Create the empty file `path` with `mode` when it is missing (an existing file is left
 /// alone), so what opens it next (SQLite) finds it with that mode.
 pub fn private_file(path: &std::path::Path, mode: u32) -> anyhow::Result<()> {

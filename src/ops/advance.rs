@@ -93,12 +93,17 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
         return Ok(report(Outcome::StageCasLost, task.stage, reason));
     }
     if task.stage.is_terminal() {
-        let fix = match req.to {
-            Some(_) => format!(
-                "; start it again with `orch task add --work-item {}`",
-                task.base_work_item
+        // Only a cancelled task's id is free again (it was tombstoned); a done task keeps it.
+        let fix = match (req.to.is_some(), task.stage) {
+            (true, Stage::Cancelled) => format!(
+                "; start it again with `orch task add --repo {} --work-item {} --title …`",
+                task.repo, task.base_work_item
             ),
-            None => String::new(),
+            (true, _) => format!(
+                "; more work on it is a new task: `orch task add --repo {} --title …`",
+                task.repo
+            ),
+            (false, _) => String::new(),
         };
         return Err(usage(format!(
             "cannot advance `{}`: it is already `{}`{fix}",

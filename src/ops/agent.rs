@@ -132,6 +132,10 @@ fn launch_agent(
     let session = db::jobs::last_session(ctx.db.conn(), job.id)?;
     let wt = worktree.display().to_string();
     let pf = prompt_file.display().to_string();
+    let tools = repo_cfg
+        .and_then(|r| r.tools.clone())
+        .or_else(|| role_cfg.and_then(|r| r.tools.clone()))
+        .unwrap_or_else(|| agent::default_tools(role).to_string());
     let argv = agent::expand_argv(
         &cfg.argv,
         &[
@@ -141,6 +145,7 @@ fn launch_agent(
             ("role", Some(role.as_str())),
             ("worktree", Some(&wt)),
             ("session_id", session.as_deref()),
+            ("tools", Some(&tools)),
         ],
     );
     let wi = &task.base_work_item;

@@ -98,6 +98,14 @@ pub fn record(
     record_full(ctx, tx, task, from, to, actor, outcome, reason, None)
 }
 
+/// The person recorded beside an `operator` row (the other actors are programs).
+pub fn by_person(ctx: &Ctx, actor: Actor) -> Option<&str> {
+    match actor {
+        Actor::Operator => ctx.person.as_deref(),
+        Actor::Supervisor | Actor::Tick | Actor::Webhook | Actor::Reconciler => None,
+    }
+}
+
 /// What an operator override overrode, for the audit trail (`orch report overrides`).
 pub struct Audit<'a> {
     pub verdict: &'a str,
@@ -128,6 +136,7 @@ pub fn record_full(
             reason,
             overridden_verdict: audit.map(|a| a.verdict),
             artifact_sha256: audit.and_then(|a| a.artifact_sha256),
+            by: by_person(ctx, actor),
         },
         ctx.now,
     )?;
@@ -138,6 +147,7 @@ pub fn record_full(
         actor,
         outcome,
         reason,
+        by: by_person(ctx, actor),
     };
     // The merge lease is the task's from the merge gate until `done` or a rollback (design
     // §7.1): any move out of the release stages gives it back, in the same transaction.

@@ -11,11 +11,13 @@ use crate::domain::ids::JobId;
 use crate::domain::stage::JobStatus;
 use crate::ops::queue::World;
 
-/// A claimed job and its attempt number.
-#[derive(Debug, Clone, Copy)]
+/// A claimed job, its attempt number, and whose it is.
+#[derive(Debug, Clone)]
 pub struct Claimed {
     pub job: JobId,
     pub attempt: u32,
+    pub work_item: String,
+    pub role: crate::domain::stage::Role,
 }
 
 /// What a pass would claim now, in claim order, changing nothing (`orch tick --plan`). Jobs
@@ -37,11 +39,56 @@ pub fn plan(ctx: &Ctx) -> Result<Vec<Claimed>> {
         out.push(Claimed {
             job: j.id,
             attempt: j.attempts + 1,
+            work_item: world
+                .task(j.task_id.0)
+                .map(|t| t.work_item.clone())
+                .unwrap_or_default(),
+            role: j.role,
         });
         busy.insert(j.task_id.0);
         world.claimed += 1;
     }
     Ok(out)
+}
+
+/// The budget (`agent.budget_usd`): hold the task of an agent job that would take its spending
+/// past the budget, in the claim's transaction, instead of claiming the job. A runner's job
+/// costs nothing and always runs.
+fn hold_over_budget(
+    ctx: &Ctx,
+    tx: &rusqlite::Connection,
+    world: &World,
+    j: &db::jobs::JobRow,
+) -> Result<bool> {
+    let Some(budget) = ctx.config.agent.budget_usd else {
+        return Ok(false);
+    };
+    let (Some(task), Some(repo)) = (world.task(j.task_id.0), ctx.config.repo(&j.repo)) else {
+        return Ok(false);
+    };
+    if crate::ops::runner::intercept(j.role, j.stage, repo).is_some() {
+        return Ok(false);
+    }
+    let spent = db::usage::of_task(tx, j.task_id)?;
+    let Some(why) = crate::domain::agent::over_budget(spent.cost_usd, spent.runs, budget) else {
+        return Ok(false);
+    };
+    db::tasks::set_held(tx, j.task_id, Some(&why), ctx.now)?;
+    crate::ops::apply::record_here(
+        ctx,
+        tx,
+        task,
+        crate::domain::history::Actor::Tick,
+        crate::domain::history::Outcome::Held,
+        &why,
+    )?;
+    crate::ops::notify::alert(
+        ctx,
+        tx,
+        Some(task),
+        &format!("`{}` held: {why}", task.work_item),
+    );
+    Ok(true)
 }
 
 /// Claim the oldest claimable job, if any, in a transaction of its own. The tick claims one
@@ -55,8 +102,19 @@ pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
             if world.wait(j).is_some() {
                 continue;
             }
+            if hold_over_budget(ctx, tx, &world, j)? {
+                continue;
+            }
             if let Some(attempt) = db::jobs::claim(tx, j.id, ctx.now)? {
-                return Ok(Some(Claimed { job: j.id, attempt }));
+                return Ok(Some(Claimed {
+                    job: j.id,
+                    attempt,
+                    work_item: world
+                        .task(j.task_id.0)
+                        .map(|t| t.work_item.clone())
+                        .unwrap_or_default(),
+                    role: j.role,
+                }));
             }
         }
         Ok(None)

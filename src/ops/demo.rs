@@ -31,6 +31,7 @@ pub struct Progress {
 }
 
 /// One row of the closing summary.
+#[derive(serde::Serialize)]
 pub struct Row {
     pub stage: String,
     pub role: String,

@@ -41,6 +41,8 @@ pub struct Hop<'a> {
     pub actor: Actor,
     pub outcome: Outcome,
     pub reason: &'a str,
+    /// The person behind an operator's hop.
+    pub by: Option<&'a str>,
 }
 
 /// The tracker state a hop mirrors: a name, other names that mean the same, and the state
@@ -206,6 +208,7 @@ pub fn link_tracker(ctx: &Ctx, tx: &Connection, task: &TaskRow, issue: &str) -> 
         actor: last.actor,
         outcome: last.outcome,
         reason: &last.reason,
+        by: last.by.as_deref(),
     };
     on_transition(ctx, tx, task, &hop)
 }
@@ -243,7 +246,10 @@ pub fn comment_html(task: &TaskRow, hop: &Hop<'_>, run: Option<&db::outbox::RunN
     if let Some(role) = hop.from.spec().role {
         who.push(format!("role: {role}"));
     }
-    who.push(format!("by: {}", hop.actor));
+    match hop.by {
+        Some(person) => who.push(format!("by: {} ({})", hop.actor, e(person))),
+        None => who.push(format!("by: {}", hop.actor)),
+    }
     html.push_str(&format!("<p>{}</p>", who.join(" · ")));
     if !hop.reason.trim().is_empty() {
         let reason: String = hop.reason.chars().take(2000).collect();
@@ -410,6 +416,13 @@ fn chat_target(ctx: &Ctx) -> Option<&str> {
 pub fn alert(ctx: &Ctx, c: &Connection, task: Option<&TaskRow>, text: &str) {
     let wi = task.map(|t| t.work_item.as_str()).unwrap_or("-");
     warn!(work_item = wi, "alert: {text}");
+    // A supervisor's log is a job log file: the next tick repeats the alert in the journal.
+    if ctx.relay_alerts
+        && let Err(e) =
+            db::misc::journal(c, task.map(|t| t.id), db::usage::UNRELAYED, text, ctx.now)
+    {
+        warn!(work_item = wi, "could not journal the alert: {e:#}");
+    }
     let Some(chat_id) = chat_target(ctx) else {
         return;
     };
@@ -516,6 +529,7 @@ mod tests {
             actor: Actor::Supervisor,
             outcome: outcome.parse().unwrap(),
             reason: "r",
+            by: None,
         }
     }
 

@@ -34,6 +34,10 @@ pub struct RunningJob {
     pub pid: Option<i64>,
     pub agent_pid: Option<i64>,
     pub started_at: Option<String>,
+    /// Seconds since the attempt started.
+    pub elapsed_s: Option<i64>,
+    /// The supervisor's log (`orch logs <job> -f` follows it).
+    pub log: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,7 +64,11 @@ pub struct ActiveTask {
     pub paused: bool,
     pub blocked: bool,
     pub held: bool,
+    /// See `orch task list`: paused, blocked, held, failed, awaiting-approval, awaiting-confirm.
+    pub flags: Vec<&'static str>,
     pub age_in_stage_s: i64,
+    /// What the task's agents have cost so far (US dollars).
+    pub cost_usd: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -328,6 +336,10 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
                 pid: j.supervisor_pid,
                 agent_pid: j.agent_pgid,
                 started_at: j.started_at.map(rfc3339),
+                elapsed_s: j.started_at.map(|s| (ctx.now - s).max(0)),
+                log: crate::ops::logs::path(&ctx.config, j.id, false)
+                    .display()
+                    .to_string(),
             }),
             JobStatus::Queued => {
                 let wait = w.wait(j);
@@ -354,20 +366,22 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
             JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {}
         }
     }
-    let tasks = w
-        .active
-        .iter()
-        .filter(|t| keep(&t.repo))
-        .map(|t| ActiveTask {
+    let live: std::collections::HashSet<i64> = w.jobs.iter().map(|j| j.task_id.0).collect();
+    let mut tasks = Vec::new();
+    for t in w.active.iter().filter(|t| keep(&t.repo)) {
+        let (flags, _) = crate::ops::show::flags(ctx, c, t, live.contains(&t.id.0))?;
+        tasks.push(ActiveTask {
             work_item: t.work_item.clone(),
             repo: t.repo.clone(),
             stage: t.stage.to_string(),
             paused: t.paused_at.is_some(),
             blocked: t.blocked_at.is_some(),
             held: t.held_at.is_some(),
+            flags,
             age_in_stage_s: (ctx.now - t.stage_entered_at).max(0),
-        })
-        .collect();
+            cost_usd: db::usage::of_task(c, t.id)?.cost_usd,
+        });
+    }
     let mut serial_gate = BTreeMap::new();
     for r in ctx
         .config

@@ -10,7 +10,7 @@ use crate::ctx::Ctx;
 use crate::db::{self, tasks::TaskRow};
 use crate::domain::frontmatter;
 use crate::domain::ids::TaskRef;
-use crate::domain::stage::{ADR_DIR, ANALYSIS_FILES, Stage};
+use crate::domain::stage::{ADR_DIR, ANALYSIS_FILES, JobStatus, Stage};
 use crate::domain::time::rfc3339;
 use crate::error::usage;
 use crate::ops::gather;
@@ -25,7 +25,16 @@ pub struct JobOut {
     pub max_attempts: u32,
     pub available_at: String,
     pub finished_at: Option<String>,
+    /// Why the job failed, was cancelled, or why its last attempt did not count; null for a
+    /// job that is done (see `note`).
     pub error: Option<String>,
+    /// What a finished job's runner or supervisor said about it (a done job's summary).
+    pub note: Option<String>,
+    /// Seconds since the running attempt started; null unless running.
+    pub elapsed_s: Option<i64>,
+    /// The supervisor's log (`orch logs <id>`); the agent's output is beside it as
+    /// `job-<id>.agent.log`.
+    pub log: String,
     pub prompt: String,
 }
 
@@ -34,12 +43,12 @@ pub struct TransitionOut {
     pub from: String,
     pub to: String,
     pub actor: String,
+    /// The person behind an `operator` row (`--by`, `SUDO_USER`, `USER`); null for programs.
+    pub by: Option<String>,
     pub outcome: String,
     pub reason: String,
     pub at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub overridden_verdict: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub artifact_sha256: Option<String>,
 }
 
@@ -62,9 +71,52 @@ pub struct TaskOut {
     pub paused: bool,
     pub blocked: bool,
     pub held: bool,
+    /// Every flag that asks for a human: `paused`, `blocked`, `held`, `failed` (a job failed
+    /// for good: `orch retry`), `awaiting-approval`, `awaiting-confirm`.
+    pub flags: Vec<&'static str>,
+    /// The job that failed for good and ended the current stage, if any.
+    pub failed_job: Option<i64>,
     pub dev_retries: u32,
     pub age_in_stage_s: i64,
+    pub cost_usd: f64,
     pub created_at: String,
+}
+
+/// Tokens, dollars and wall time of some agent runs.
+#[derive(Debug, Serialize)]
+pub struct SpentOut {
+    pub runs: u64,
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub wall_s: u64,
+}
+
+impl From<&db::usage::Spent> for SpentOut {
+    fn from(s: &db::usage::Spent) -> SpentOut {
+        SpentOut {
+            runs: s.runs,
+            cost_usd: s.cost_usd,
+            input_tokens: s.input_tokens,
+            output_tokens: s.output_tokens,
+            wall_s: s.wall_ms / 1000,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageSpentOut {
+    pub stage: String,
+    #[serde(flatten)]
+    pub spent: SpentOut,
+}
+
+/// What a task's agents cost, in total and per stage, and the budget (`agent.budget_usd`).
+#[derive(Debug, Serialize)]
+pub struct CostOut {
+    pub total: SpentOut,
+    pub stages: Vec<StageSpentOut>,
+    pub budget_usd: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,7 +139,9 @@ pub struct TaskDetail {
     pub held_at: Option<String>,
     pub held_reason: Option<String>,
     pub cancelled_at: Option<String>,
+    pub flags: Vec<&'static str>,
     pub dev_retries: u32,
+    pub cost: CostOut,
     pub labels: Vec<String>,
     pub depends_on: Vec<String>,
     pub jobs: Vec<JobOut>,
@@ -95,8 +149,63 @@ pub struct TaskDetail {
     pub artifacts: Vec<ArtifactOut>,
 }
 
-pub fn task_out(t: &TaskRow, now: i64) -> TaskOut {
-    TaskOut {
+/// The flags of a task (see `TaskOut::flags`) and its failed job. `live_job`: whether the task
+/// has a queued or running job (then nothing waits for a human's approval yet).
+pub fn flags(
+    ctx: &Ctx,
+    c: &rusqlite::Connection,
+    t: &TaskRow,
+    live_job: bool,
+) -> Result<(Vec<&'static str>, Option<i64>)> {
+    let mut out = Vec::new();
+    for (on, name) in [
+        (t.paused_at.is_some(), "paused"),
+        (t.blocked_at.is_some(), "blocked"),
+        (t.held_at.is_some(), "held"),
+    ] {
+        if on {
+            out.push(name);
+        }
+    }
+    if t.stage.is_terminal() {
+        return Ok((out, None));
+    }
+    let failed = if live_job {
+        None
+    } else {
+        db::usage::failed_job(c, t.id, t.stage)?.map(|j| j.0)
+    };
+    if failed.is_some() {
+        out.push("failed");
+    }
+    if !live_job && failed.is_none() {
+        let repo = ctx.config.repo(&t.repo);
+        if t.stage == Stage::Analysis && t.approved_at.is_none() && !t.has_label("auto-approve") {
+            out.push("awaiting-approval");
+        }
+        if t.stage == Stage::Deploy
+            && repo.is_some_and(|r| {
+                crate::domain::gate::not_applicable(Stage::Deploy, r.contracts()).is_none()
+                    && r.require_confirm()
+            })
+            && !t.has_label("auto-deploy")
+            && t.deploy_confirmed_at.is_none()
+        {
+            out.push("awaiting-confirm");
+        }
+    }
+    Ok((out, failed))
+}
+
+pub fn task_out(
+    ctx: &Ctx,
+    c: &rusqlite::Connection,
+    t: &TaskRow,
+    live_job: bool,
+) -> Result<TaskOut> {
+    let (flags, failed_job) = flags(ctx, c, t, live_job)?;
+    let now = ctx.now;
+    Ok(TaskOut {
         work_item: t.work_item.clone(),
         repo: t.repo.clone(),
         title: t.title.clone(),
@@ -106,13 +215,22 @@ pub fn task_out(t: &TaskRow, now: i64) -> TaskOut {
         paused: t.paused_at.is_some(),
         blocked: t.blocked_at.is_some(),
         held: t.held_at.is_some(),
+        flags,
+        failed_job,
         dev_retries: t.dev_retries,
         age_in_stage_s: (now - t.stage_entered_at).max(0),
+        cost_usd: db::usage::of_task(c, t.id)?.cost_usd,
         created_at: rfc3339(t.created_at),
-    }
+    })
 }
 
-pub fn list(ctx: &Ctx, all: bool, repo: Option<&str>, stage: Option<&str>) -> Result<Vec<TaskOut>> {
+pub fn list(
+    ctx: &Ctx,
+    all: bool,
+    repo: Option<&str>,
+    stage: Option<&str>,
+    failed_only: bool,
+) -> Result<Vec<TaskOut>> {
     let stage = match stage {
         Some(s) => Some(s.parse::<Stage>().map_err(|e| usage(e.to_string()))?),
         None => None,
@@ -125,35 +243,72 @@ pub fn list(ctx: &Ctx, all: bool, repo: Option<&str>, stage: Option<&str>) -> Re
             crate::domain::ids::printable(r)
         )));
     }
-    let rows = db::tasks::list(ctx.db.conn(), all, repo, stage, 10_000)?;
-    Ok(rows.iter().map(|t| task_out(t, ctx.now)).collect())
+    let c = ctx.db.conn();
+    let rows = db::tasks::list(c, all, repo, stage, 10_000)?;
+    let live: std::collections::HashSet<i64> =
+        db::jobs::live(c)?.iter().map(|j| j.task_id.0).collect();
+    let mut out = Vec::new();
+    for t in &rows {
+        let o = task_out(ctx, c, t, live.contains(&t.id.0))?;
+        if !failed_only || o.failed_job.is_some() {
+            out.push(o);
+        }
+    }
+    Ok(out)
 }
 
 pub fn show(ctx: &Ctx, wi: &str) -> Result<TaskDetail> {
     let r = TaskRef::parse(wi).map_err(usage)?;
     let t = ctx.task(&r)?;
     let c = ctx.db.conn();
-    let jobs = db::jobs::of_task(c, t.id)?
+    let job_rows = db::jobs::of_task(c, t.id)?;
+    let live_job = job_rows
+        .iter()
+        .any(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running));
+    let jobs = job_rows
         .into_iter()
-        .map(|j| JobOut {
-            id: j.id.0,
-            role: j.role.to_string(),
-            stage: j.stage.to_string(),
-            status: j.status.to_string(),
-            attempts: j.attempts,
-            max_attempts: j.max_attempts,
-            available_at: rfc3339(j.available_at),
-            finished_at: j.finished_at.map(rfc3339),
-            error: j.error,
-            prompt: j.prompt,
+        .map(|j| {
+            let done = j.status == JobStatus::Done;
+            JobOut {
+                id: j.id.0,
+                role: j.role.to_string(),
+                stage: j.stage.to_string(),
+                status: j.status.to_string(),
+                attempts: j.attempts,
+                max_attempts: j.max_attempts,
+                available_at: rfc3339(j.available_at),
+                finished_at: j.finished_at.map(rfc3339),
+                elapsed_s: (j.status == JobStatus::Running)
+                    .then(|| j.started_at.map(|s| (ctx.now - s).max(0)))
+                    .flatten(),
+                log: crate::ops::logs::path(&ctx.config, j.id, false)
+                    .display()
+                    .to_string(),
+                error: if done { None } else { j.error.clone() },
+                note: if done { j.error } else { None },
+                prompt: j.prompt,
+            }
         })
         .collect();
+    let (flags, _) = flags(ctx, c, &t, live_job)?;
+    let cost = CostOut {
+        total: SpentOut::from(&db::usage::of_task(c, t.id)?),
+        stages: db::usage::of_task_by_stage(c, t.id)?
+            .iter()
+            .map(|(stage, s)| StageSpentOut {
+                stage: stage.to_string(),
+                spent: SpentOut::from(s),
+            })
+            .collect(),
+        budget_usd: ctx.config.agent.budget_usd,
+    };
     let transitions = db::transitions::of_task(c, t.id)?
         .into_iter()
         .map(|h| TransitionOut {
             from: h.from.to_string(),
             to: h.to.to_string(),
             actor: h.actor.to_string(),
+            by: h.by,
             outcome: h.outcome.to_string(),
             reason: h.reason,
             at: rfc3339(h.at),
@@ -193,7 +348,9 @@ pub fn show(ctx: &Ctx, wi: &str) -> Result<TaskDetail> {
         held_at: ts(t.held_at),
         held_reason: t.held_reason.clone(),
         cancelled_at: ts(t.cancelled_at),
+        flags,
         dev_retries: t.dev_retries,
+        cost,
         labels: t.labels.clone(),
         depends_on,
         jobs,

@@ -64,11 +64,7 @@ pub fn add(ctx: &Ctx, req: &AddRequest<'_>) -> Result<Added> {
         ))
     })?;
     let title = req.title.trim();
-    if title.is_empty() || title.chars().any(char::is_control) || title.len() > 16 * 1024 {
-        return Err(usage(
-            "`--title` must be one non-empty line of at most 16 KiB",
-        ));
-    }
+    ids::check_line("--title", title, ids::MAX_LINE).map_err(usage)?;
     let wi = match req.work_item {
         Some(w) => WorkItem::parse(w).map_err(usage)?,
         None => {
@@ -313,6 +309,9 @@ pub fn cancel(ctx: &Ctx, wi: &str, reason: Option<&str>, actor: Actor) -> Result
             task.work_item, task.stage
         )));
     }
+    if let Some(r) = reason {
+        ids::check_line("--reason", r, ids::MAX_LINE).map_err(usage)?;
+    }
     let why = reason.unwrap_or("cancelled by operator");
     // Inside an irreversible step with a live owner: record the request, apply it later.
     if matches!(task.stage, Stage::DeployStaging | Stage::Deploy)
@@ -454,16 +453,14 @@ fn remove_worktree(ctx: &Ctx, repo: &crate::config::RepoCfg, wi: &str) -> Result
 pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<Gesture> {
     let task = ctx.task(&parse_ref(wi)?)?;
     let reason = reason.trim();
-    if reason.is_empty() {
-        return Err(usage("`--reason` must not be empty"));
-    }
+    ids::check_line("--reason", reason, ids::MAX_LINE).map_err(usage)?;
     if task.stage.is_terminal() {
         return Err(usage(format!(
             "cannot pause `{}`: it is already `{}`",
             task.work_item, task.stage
         )));
     }
-    let by = operator_name();
+    let by = operator_name(ctx);
     if let Some(b) = before {
         let stage: Stage = b
             .parse()
@@ -482,10 +479,20 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
             db::tasks::set_pause_before(tx, task.id, Some(stage), ctx.now)?;
             record_here(ctx, tx, &task, Actor::Operator, Outcome::Paused, &text)
         })?;
+        // One breakpoint per task: a second one replaces the first, and says so.
+        let replaced = match task.pause_before {
+            Some(old) if old != stage => {
+                format!(" (this replaces the breakpoint before `{old}`; a task has one)")
+            }
+            _ => String::new(),
+        };
         return Ok(Gesture {
             work_item: task.work_item.clone(),
             code: Code::Ok,
-            message: format!("`{}` will pause before entering `{stage}`", task.work_item),
+            message: format!(
+                "`{}` will pause before entering `{stage}`{replaced}",
+                task.work_item
+            ),
             advance: None,
         });
     }
@@ -514,16 +521,9 @@ pub fn pause(ctx: &Ctx, wi: &str, reason: &str, before: Option<&str>) -> Result<
     })
 }
 
-fn operator_name() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| {
-            !u.is_empty()
-                && u.len() <= 32
-                && u.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        })
-        .unwrap_or_else(|| "operator".to_string())
+/// The person behind the command (`Ctx::person`), `operator` when unknown.
+fn operator_name(ctx: &Ctx) -> String {
+    ctx.person.clone().unwrap_or_else(|| "operator".to_string())
 }
 
 /// `orch resume`: clears a pause and a hold.
@@ -535,11 +535,19 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             task.work_item, task.stage
         )));
     }
+    // A job that failed for good is not resumed: say what re-runs it.
+    let failed = db::usage::failed_job(ctx.db.conn(), task.id, task.stage)?.map(|j| {
+        format!(
+            "; its job {} failed for good: `orch retry {}` re-queues it",
+            j.0, j.0
+        )
+    });
+    let failed = failed.unwrap_or_default();
     if task.paused_at.is_none() && task.held_at.is_none() && task.pause_before.is_none() {
         return Ok(Gesture {
             work_item: task.work_item.clone(),
             code: Code::Ok,
-            message: format!("`{}` is not paused; nothing to do", task.work_item),
+            message: format!("`{}` is not paused; nothing to do{failed}", task.work_item),
             advance: None,
         });
     }
@@ -576,7 +584,16 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
     Ok(Gesture {
         work_item: task.work_item.clone(),
         code: Code::Ok,
-        message: format!("resumed `{}` in `{}`", task.work_item, task.stage),
+        message: format!(
+            "resumed `{}` in `{}`{}",
+            task.work_item,
+            task.stage,
+            if requeue.is_none() {
+                failed.as_str()
+            } else {
+                ""
+            }
+        ),
         advance: None,
     })
 }
@@ -590,14 +607,13 @@ fn known_repo<'a>(ctx: &'a Ctx, repo: &str) -> Result<&'a crate::config::RepoCfg
         .ok_or_else(|| usage(format!("unknown repo `{repo}`; it is not in the config")))
 }
 
-/// `orch freeze`: no new task of the repo starts analysis. Journaled in `lessons`.
-pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
+/// `orch freeze`: no new task of the repo starts analysis. Journaled in `lessons`. Returns
+/// whether it changed anything, and what to tell the operator.
+pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<(bool, String)> {
     let repo = known_repo(ctx, repo)?;
     let reason = reason.trim();
-    if reason.is_empty() {
-        return Err(usage("`--reason` must not be empty"));
-    }
-    let by = operator_name();
+    ids::check_line("--reason", reason, ids::MAX_LINE).map_err(usage)?;
+    let by = operator_name(ctx);
     let done = ctx.write(|ctx, tx| {
         let inserted = db::misc::freeze(tx, &repo.name, reason, &by, ctx.now)?;
         if inserted {
@@ -612,13 +628,16 @@ pub fn freeze(ctx: &Ctx, repo: &str, reason: &str) -> Result<String> {
         Ok(inserted)
     })?;
     Ok(if done {
-        format!("froze repo `{}`: {reason}", repo.name)
+        (true, format!("froze repo `{}`: {reason}", repo.name))
     } else {
-        format!("repo `{}` is already frozen; nothing to do", repo.name)
+        (
+            false,
+            format!("repo `{}` is already frozen; nothing to do", repo.name),
+        )
     })
 }
 
-pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<String> {
+pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<(bool, String)> {
     let repo = known_repo(ctx, repo)?;
     let done = ctx.write(|ctx, tx| {
         let removed = db::misc::unfreeze(tx, &repo.name)?;
@@ -628,8 +647,11 @@ pub fn unfreeze(ctx: &Ctx, repo: &str) -> Result<String> {
         Ok(removed)
     })?;
     Ok(if done {
-        format!("unfroze repo `{}`", repo.name)
+        (true, format!("unfroze repo `{}`", repo.name))
     } else {
-        format!("repo `{}` is not frozen; nothing to do", repo.name)
+        (
+            false,
+            format!("repo `{}` is not frozen; nothing to do", repo.name),
+        )
     })
 }

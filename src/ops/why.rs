@@ -96,15 +96,21 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
             JobStatus::Running => {
                 set("running");
                 parts.push(format!(
-                    "Job {} ({}) is running since {} (supervisor pid {}, attempt {}/{}).",
+                    "Job {} ({}) is running since {} ({}; supervisor pid {}, attempt {}/{}); \
+                     its log is `{}` (`orch logs {} -f` follows it).",
                     j.id.0,
                     j.role,
                     j.started_at.map(rfc3339).unwrap_or_else(|| "?".into()),
+                    j.started_at
+                        .map(|t| human_duration(ctx.now - t))
+                        .unwrap_or_else(|| "?".into()),
                     j.supervisor_pid
                         .map(|p| p.to_string())
                         .unwrap_or_else(|| "?".into()),
                     j.attempts,
-                    j.max_attempts
+                    j.max_attempts,
+                    crate::ops::logs::path(&ctx.config, j.id, false).display(),
+                    j.id.0
                 ));
             }
             JobStatus::Queued => match world.wait(j) {
@@ -146,7 +152,7 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
             .next()
             .unwrap_or("");
         parts.push(format!(
-            "Its {} job {} failed after {} attempt(s) ({err}); fix the cause, then `orch job run {}` re-runs it, or `orch advance {} --to …` moves on.",
+            "Its {} job {} failed after {} attempt(s) ({err}); fix the cause, then `orch retry {}` re-queues it, or `orch advance {} --to …` moves on.",
             j.role, j.id.0, j.attempts, j.id.0, task.work_item
         ));
     }

@@ -144,7 +144,7 @@ async fn exchange(req: Request<Incoming>, shared: &Shared) -> Reply {
     };
     match route {
         Route::Health => return routes::health().closing(unread),
-        Route::Queue | Route::Metrics => {
+        Route::Queue | Route::Metrics | Route::MetricsJson => {
             return dispatch(shared, route, Vec::new(), Vec::new())
                 .await
                 .closing(unread);

@@ -18,6 +18,8 @@ pub struct Reply {
     pub status: u16,
     pub body: Vec<u8>,
     pub json: bool,
+    /// Another `Content-Type` than `json` says (the Prometheus exposition format).
+    pub content_type: Option<&'static str>,
     /// The `Allow` header of a 405.
     pub allow: Option<&'static str>,
     /// Send `Retry-After: 1` (a 503 for a full queue).
@@ -35,6 +37,7 @@ impl Reply {
             status,
             body,
             json: false,
+            content_type: None,
             allow: None,
             retry_after: false,
             close: false,
@@ -50,6 +53,7 @@ impl Reply {
                     status: 200,
                     body,
                     json: true,
+                    content_type: None,
                     allow: None,
                     retry_after: false,
                     close: false,
@@ -59,6 +63,19 @@ impl Reply {
                 tracing::error!(error = %e, "cannot encode a JSON answer");
                 internal_error()
             }
+        }
+    }
+
+    /// A 200 in the Prometheus text exposition format (version 0.0.4).
+    pub fn prometheus(text: String) -> Reply {
+        Reply {
+            status: 200,
+            body: text.into_bytes(),
+            json: false,
+            content_type: Some("text/plain; version=0.0.4; charset=utf-8"),
+            allow: None,
+            retry_after: false,
+            close: false,
         }
     }
 
@@ -86,10 +103,10 @@ impl Reply {
         let h = r.headers_mut();
         h.insert(
             CONTENT_TYPE,
-            HeaderValue::from_static(if self.json {
-                "application/json"
-            } else {
-                "text/plain; charset=utf-8"
+            HeaderValue::from_static(match (self.content_type, self.json) {
+                (Some(t), _) => t,
+                (None, true) => "application/json",
+                (None, false) => "text/plain; charset=utf-8",
             }),
         );
         h.insert(

@@ -21,7 +21,10 @@ pub enum Route {
     Webhook(Source),
     Health,
     Queue,
+    /// `/metrics`: the Prometheus text format.
     Metrics,
+    /// `/metrics.json`: the same numbers as one JSON document.
+    MetricsJson,
 }
 
 /// The first check of §8.
@@ -44,6 +47,7 @@ pub fn route(method: &str, target: &str) -> Routing {
         "/health" => (Route::Health, false),
         "/queue" => (Route::Queue, false),
         "/metrics" => (Route::Metrics, false),
+        "/metrics.json" => (Route::MetricsJson, false),
         _ => return Routing::NotFound,
     };
     match (post, method) {
@@ -68,7 +72,10 @@ pub(super) fn answer(
 ) -> Result<Reply> {
     match route {
         Route::Queue => Ok(Reply::json(&queue::snapshot(ctx, None)?)),
-        Route::Metrics => Ok(Reply::json(&metrics(ctx)?)),
+        Route::Metrics => Ok(Reply::prometheus(super::metrics::prometheus(&metrics(
+            ctx,
+        )?))),
+        Route::MetricsJson => Ok(Reply::json(&metrics(ctx)?)),
         Route::Webhook(source) => {
             let got = ingest::ingest(ctx, source, headers, body)?;
             let status = match got.http_status {
@@ -116,6 +123,7 @@ mod tests {
             ("HEAD", "/health", Found(Route::Health)),
             ("GET", "/queue", Found(Route::Queue)),
             ("GET", "/metrics?pretty", Found(Route::Metrics)),
+            ("GET", "/metrics.json", Found(Route::MetricsJson)),
             ("GET", "/webhook/plane", WrongMethod { allow: "POST" }),
             ("PUT", "/webhook/gitea", WrongMethod { allow: "POST" }),
             ("POST", "/health", WrongMethod { allow: "GET, HEAD" }),

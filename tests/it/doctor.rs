@@ -49,6 +49,8 @@ fn a_healthy_world_is_all_ok_but_the_units() {
     // The sandbox is a fact of the host: on where bubblewrap is installed.
     let bwrap = crate::support::which("bwrap").is_some();
     w.sandbox.store(bwrap, std::sync::atomic::Ordering::Relaxed);
+    // Doctor only reads: the state exists once a writing command has run (after the install).
+    w.ok(&["tick"], 0);
     let r = w.ok(&["doctor", "--json"], 0);
     let doc = r.json();
     assert_eq!(doc["schema_version"], 1);

@@ -131,7 +131,7 @@ fn advance_rejects_unknown_stages_and_overrides_without_reason() {
     rejected(
         &w,
         &["advance", "SHOP-1", "--to", "deploying", "--reason", "x"],
-        "unknown stage",
+        "invalid value 'deploying' for '--to <STAGE>'",
     );
     rejected(
         &w,
@@ -146,7 +146,7 @@ fn advance_rejects_unknown_stages_and_overrides_without_reason() {
     rejected(
         &w,
         &["advance", "SHOP-1", "--expect-stage", "nowhere"],
-        "unknown stage",
+        "possible values: created, analysis,",
     );
     rejected(&w, &["advance", "SHOP-1", "--as", "poet"], "poet");
     rejected(
@@ -162,7 +162,7 @@ fn advance_rejects_unknown_stages_and_overrides_without_reason() {
     rejected(
         &w,
         &["pause", "SHOP-1", "--reason", "x", "--before", "nowhere"],
-        "unknown stage",
+        "invalid value 'nowhere' for '--before <STAGE>'",
     );
     rejected(&w, &["pause", "SHOP-1"], "--reason");
     rejected(&w, &["pause", "SHOP-1", "--reason", " "], "--reason");

@@ -5,6 +5,12 @@
 mod support;
 
 mod concurrency;
+mod day_audit;
+mod day_docs;
+mod day_jobs;
+mod day_json;
+mod day_state;
+mod day_tick;
 mod doctor;
 mod fsck;
 mod ingest;

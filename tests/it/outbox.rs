@@ -143,7 +143,8 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    default_la
     /// Link every task created from now on to the Plane issue `issue-<work item>` in the
     /// transaction that creates it, as a task created from a Plane webhook is.
     fn link_new_tasks(&self) {
-        self.run(&["outbox"], 0);
+        // A writing command creates the database (the read commands never do).
+        self.run(&["tick"], 0);
         let c = rusqlite::Connection::open(self.db_path()).unwrap();
         c.execute_batch(
             "CREATE TRIGGER link_tracker AFTER INSERT ON tasks BEGIN \

@@ -497,7 +497,18 @@ fn deliveries_run_the_ingest_path_unsigned_401_signed_creates_the_task() {
     assert_eq!(q["queued"][0]["work_item"], "SHOP-7", "{q:#}");
     assert_eq!(q["tasks"], cli["tasks"]);
 
-    let m = get(s.addr, "/metrics").json();
+    // /metrics answers the Prometheus text format; the JSON document moved to /metrics.json.
+    let p = get(s.addr, "/metrics");
+    assert_eq!(p.status, 200);
+    assert_eq!(
+        p.header("Content-Type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let text = p.text();
+    assert!(text.contains("# TYPE orch_tasks gauge"), "{text}");
+    assert!(text.contains("orch_tasks{stage=\"analysis\"} 1"), "{text}");
+    assert!(text.contains("orch_jobs{status=\"queued\"} 1"), "{text}");
+    let m = get(s.addr, "/metrics.json").json();
     assert_eq!(m["schema_version"], 1, "{m:#}");
     assert!(m["generated_at"].as_str().unwrap().ends_with('Z'));
     assert_eq!(m["stages"]["analysis"]["count"], 1, "{m:#}");

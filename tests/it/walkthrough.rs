@@ -658,7 +658,8 @@ fn an_override_cannot_revive_a_cancelled_task() {
     );
     assert!(r.stderr.contains("already `cancelled`"), "{r:?}");
     assert!(
-        r.stderr.contains("orch task add --work-item SHOP-1"),
+        r.stderr
+            .contains("orch task add --repo shop --work-item SHOP-1 --title"),
         "{r:?}"
     );
     assert_eq!(transition_count(&w), before);

@@ -59,6 +59,17 @@ pub(super) fn config_check(file: Option<&Path>, repos: usize) -> Check {
 
 /// The directory exists and we can create a file in it (what every tick and job needs).
 pub(super) fn dir_check(name: &str, dir: &Path) -> Check {
+    if !dir.exists() {
+        return Check::new(
+            name,
+            Status::Warn,
+            format!(
+                "`{}` does not exist yet; the first writing command (`orch tick`, `orch task \
+                 add`) creates it (a mistyped `--state-dir` or `state_dir`?)",
+                dir.display()
+            ),
+        );
+    }
     let probe = dir.join(format!(".orch-doctor-{}", std::process::id()));
     let made = std::fs::OpenOptions::new()
         .write(true)
@@ -581,11 +592,17 @@ mod tests {
     fn unwritable_state_dir_fails() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(dir_check("state_dir", dir.path()).status, Status::Ok);
+        // Missing: not created yet (doctor creates nothing), a warning.
         let gone = dir.path().join("gone");
         let c = dir_check("state_dir", &gone);
-        assert_eq!(c.status, Status::Fail);
-        assert!(c.detail.contains("cannot write in"), "{}", c.detail);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.detail.contains("does not exist yet"), "{}", c.detail);
         // The probe file is cleaned up.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let c = dir_check("state_dir", &file);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.detail.contains("cannot write in"), "{}", c.detail);
     }
 }

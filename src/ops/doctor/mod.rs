@@ -20,12 +20,15 @@
 
 use std::path::Path;
 
-use crate::ctx::Ctx;
+use crate::config::Config;
+use crate::db::Db;
 
+mod agent;
 mod check;
 mod host;
 mod repo;
 
+pub use agent::agent_probe;
 pub use check::{Check, Report, Status};
 
 pub use host::{SECRETS_FILE, UNIT_DIR};
@@ -36,26 +39,37 @@ use host::{
 };
 use repo::repo_checks;
 
-/// Run every check, in the order an operator would fix them.
-pub fn doctor(ctx: &Ctx) -> Report {
-    let cfg = &ctx.config;
+/// Run every check, in the order an operator would fix them. `db` is the database opened
+/// read-only, or why it could not be: doctor reports that as a check and goes on.
+pub fn doctor(cfg: &Config, db: &anyhow::Result<Db>) -> Report {
     let path_var = std::env::var_os("PATH");
     let path_var = path_var.as_deref();
     let mut checks = vec![
         config_check(cfg.file.as_deref(), cfg.repos.len()),
         dir_check("state_dir", &cfg.state_dir),
         dir_check("repos_dir", &cfg.repos_dir),
-        match ctx.db.schema_version() {
-            Ok(v) => Check::new(
+        match db.as_ref().map(Db::schema_version) {
+            Ok(Ok(v)) => Check::new(
                 "database",
                 Status::Ok,
                 format!("`{}` schema version {v}", cfg.db_path().display()),
             ),
-            Err(e) => Check::new(
+            // Before the first writing command there is no database yet: not a fault.
+            Err(_) if !cfg.db_path().exists() => Check::new(
+                "database",
+                Status::Warn,
+                format!(
+                    "`{}` does not exist yet; the first writing command (`orch tick`, \
+                     `orch task add`) creates it",
+                    cfg.db_path().display()
+                ),
+            ),
+            Ok(Err(e)) => Check::new(
                 "database",
                 Status::Fail,
                 format!("`{}`: {e:#}", cfg.db_path().display()),
             ),
+            Err(e) => Check::new("database", Status::Fail, format!("{e:#}")),
         },
         git_check(),
         program_check(
@@ -66,16 +80,15 @@ pub fn doctor(ctx: &Ctx) -> Report {
         ),
         sandbox_check(cfg),
     ];
-    let git = ctx.git();
+    let git = crate::ctx::git_for(cfg);
+    // git runs in the state directory; before the first writing command creates it, in `/`.
+    let cwd = if cfg.state_dir.is_dir() {
+        cfg.state_dir.as_path()
+    } else {
+        Path::new("/")
+    };
     for repo in &cfg.repos {
-        repo_checks(
-            repo,
-            &git,
-            &cfg.state_dir,
-            cfg.forge.is_some(),
-            path_var,
-            &mut checks,
-        );
+        repo_checks(repo, &git, cwd, cfg.forge.is_some(), path_var, &mut checks);
     }
     let secrets = std::fs::read_to_string(SECRETS_FILE).ok();
     for (name, svc) in [

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use anyhow::Result;
 use tracing::{info, warn};
 
-use super::pass::Pass;
+use super::pass::{Action, Pass};
 use crate::ctx::Ctx;
 use crate::db;
 use crate::ext::{failpoint, proc, sys};
@@ -19,19 +19,29 @@ const LAUNCH_RETRY_S: i64 = 30;
 pub(super) fn launch(p: &mut Pass<'_>) -> Result<()> {
     if p.plan {
         for c in claim::plan(p.ctx)? {
-            p.act(format!("launch job {} (attempt {})", c.job.0, c.attempt));
+            p.act_with(line(&c));
             p.rep.launched += 1;
         }
         return Ok(());
     }
     while let Some(c) = claim::claim_next(p.ctx)? {
         failpoint::hit("tick.after-claim");
-        p.act(format!("launch job {} (attempt {})", c.job.0, c.attempt));
+        p.act_with(line(&c));
         p.rep.launched += 1;
         let r = start(p.ctx, &c);
         p.isolate(&format!("launch job {}", c.job.0), r);
     }
     Ok(())
+}
+
+/// The action line of a launch: the job, its task and role, the attempt.
+fn line(c: &Claimed) -> Action {
+    Action::new(format!(
+        "launch job {} ({} {}, attempt {})",
+        c.job.0, c.work_item, c.role, c.attempt
+    ))
+    .task(&c.work_item)
+    .job(c.job.0, c.role)
 }
 
 /// Start the supervisor of a claimed job and record it (the supervisor records itself too, so a

@@ -18,7 +18,7 @@ use crate::domain::stage::JobStatus;
 use crate::ext::failpoint;
 use crate::ext::lock::FileLock;
 
-pub use pass::TickReport;
+pub use pass::{Action, TickReport};
 
 use pass::Pass;
 
@@ -62,6 +62,10 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
     failpoint::hit("tick.after-reconcile");
     let r = launch::launch(&mut p);
     p.isolate("launch", r);
+    if !plan {
+        let r = relay_alerts(ctx);
+        p.isolate("relay alerts", r);
+    }
     // Step 6: deliver the outbox (design §9), best effort within a time budget.
     failpoint::hit("tick.before-drain");
     if plan {
@@ -86,6 +90,16 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
         .filter(|j| j.status == JobStatus::Queued)
         .count() as u32;
     Ok(p.rep)
+}
+
+/// Repeat in this tick's log (the journal) the alerts supervisors raised in their job logs
+/// since the last pass, once each.
+fn relay_alerts(ctx: &Ctx) -> Result<()> {
+    for (id, wi, text) in db::usage::unrelayed_alerts(ctx.db.conn())? {
+        tracing::warn!(work_item = wi.as_deref().unwrap_or("-"), "alert: {text}");
+        ctx.db.write(|tx| db::usage::mark_relayed(tx, id))?;
+    }
+    Ok(())
 }
 
 /// Step 3: delete lease rows whose owner is dead (or whose lease expired).

@@ -28,7 +28,7 @@ pub(super) fn reap(p: &mut Pass<'_>) -> Result<()> {
     for j in running {
         let r = reap_one(p.ctx, p.plan, &j);
         if let Some(Some(line)) = p.isolate(&format!("reap job {}", j.id.0), r) {
-            p.act(line);
+            p.act_with(super::pass::Action::new(line).job(j.id.0, j.role));
             p.rep.reaped += 1;
         }
     }

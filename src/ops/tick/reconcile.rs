@@ -81,7 +81,13 @@ pub(super) fn poll_ci(p: &mut Pass<'_>) -> Result<()> {
         };
         polls += 1;
         if p.plan {
-            p.act(format!("poll ci status of {} ({})", t.work_item, t.branch));
+            p.act_with(
+                super::pass::Action::new(format!(
+                    "poll ci status of {} ({})",
+                    t.work_item, t.branch
+                ))
+                .task(&t.work_item),
+            );
             continue;
         }
         ctx.db
@@ -154,12 +160,12 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
     for t in db::tasks::active(c)? {
         let r = reconcile_one(ctx, p.plan, &t, &live, &mut fetched);
         if let Some(Some(line)) = p.isolate(&format!("reconcile {}", t.work_item), r) {
-            p.act(line);
+            p.act_with(super::pass::Action::new(line).task(&t.work_item));
             p.rep.reconciled += 1;
         }
         let r = stage_age(ctx, p.plan, &t);
         if let Some(Some(line)) = p.isolate(&format!("stage age of {}", t.work_item), r) {
-            p.act(line);
+            p.act_with(super::pass::Action::new(line).task(&t.work_item));
         }
     }
     Ok(())
