@@ -3,9 +3,9 @@
 //! webhook, a supervisor that died between its work and its advance), give the role a second
 //! run when its job ended without its work (then hold), apply a cancel requested during an
 //! irreversible step, cancel queued jobs of finished tasks, and alert once on a task that sits
-//! in one stage too long. Each task is one isolated row, and each repo is fetched once a pass.
+//! in one stage too long. Each task is one isolated row; a candidate's gate fetches `main` and its
+//! own branch only, so a pass costs what its candidates cost, whatever the remote holds.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -150,9 +150,8 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
         }
     }
     let live = db::jobs::live(c)?;
-    let mut fetched: HashSet<String> = HashSet::new();
     for t in db::tasks::active(c)? {
-        let r = reconcile_one(ctx, p.plan, &t, &live, &mut fetched);
+        let r = reconcile_one(ctx, p.plan, &t, &live);
         if let Some(Some(line)) = p.isolate(&format!("reconcile {}", t.work_item), r) {
             p.act(line);
             p.rep.reconciled += 1;
@@ -166,13 +165,7 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
 }
 
 /// Reconcile one task; the line to report when something was done (or, planning, would be).
-fn reconcile_one(
-    ctx: &Ctx,
-    plan: bool,
-    t: &TaskRow,
-    live: &[JobRow],
-    fetched: &mut HashSet<String>,
-) -> Result<Option<String>> {
+fn reconcile_one(ctx: &Ctx, plan: bool, t: &TaskRow, live: &[JobRow]) -> Result<Option<String>> {
     if t.cancel_requested_at.is_some() {
         return requested_cancel(ctx, plan, t);
     }
@@ -203,9 +196,8 @@ fn reconcile_one(
     let Some(repo) = ctx.config.repo(&t.repo) else {
         return Ok(None);
     };
-    let fetch = fetched.insert(repo.name.clone());
     // Someone is working the repo right now: look again next pass.
-    let Some(view) = gather::try_open(ctx, t, repo, fetch)? else {
+    let Some(view) = gather::try_open(ctx, t, repo)? else {
         return Ok(None);
     };
     let verdict = gate::evaluate(t.stage, &gather::facts(ctx, t, repo, &view)?);
@@ -250,6 +242,7 @@ fn reconcile_one(
         dry_run: false,
         actor: Actor::Reconciler,
         note: None,
+        pushed: false,
     };
     advance::advance(ctx, &req)?;
     Ok(Some(line))
