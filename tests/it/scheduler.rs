@@ -136,26 +136,26 @@ fn ticks_alone_drive_a_task_to_done() {
 #[test]
 fn a_job_fetches_once_and_only_main_and_its_branch() {
     let w = Sched::new(Cfg::default());
-    // Branches of other work on the remote: no job of this task may bring them.
+    let env = [("ORCH_LOG", "info,orch=debug")];
+    // The supervisor's own advance (analysis waits for a human) is the last thing it does.
+    let advanced = |w: &Sched, wi: &str| {
+        w.show(wi)["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["actor"] == "supervisor")
+    };
+    // A first task makes the clone (of the remote's default branch only).
+    let first = w.add("Clone first", &[]);
+    git(&w.remote, &["branch", "feature/OTHER-0-before", "main"]);
+    tick_until(&w, &env, |w| advanced(w, &first), DEADLINE);
+    // Branches of other work appear on the remote: no job of another task may bring them.
     for b in ["feature/OTHER-1-x", "feature/OTHER-2-y"] {
         git(&w.remote, &["branch", b, "main"]);
     }
     let wi = w.add("Fetch little", &[]);
     let branch = w.branch_of(&wi);
-    let env = [("ORCH_LOG", "info,orch=debug")];
-    // The supervisor's own advance (analysis waits for a human) is the last thing it does.
-    tick_until(
-        &w,
-        &env,
-        |w| {
-            w.show(&wi)["transitions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|t| t["actor"] == "supervisor")
-        },
-        DEADLINE,
-    );
+    tick_until(&w, &env, |w| advanced(w, &wi), DEADLINE);
     let job = w.jobs(&wi)[0].id;
     let log = std::fs::read_to_string(w.state_dir().join(format!("logs/job-{job}.log"))).unwrap();
     let fetches: Vec<&str> = log

@@ -60,7 +60,15 @@ impl Git {
                     .with_context(|| format!("removing stale {}", tmp.display()))?;
             }
             self.git_in(&self.repos_dir)?
-                .args(["clone", "--no-checkout", "--"])
+                // The remote's default branch only, and no tags: every path fetches `main`
+                // and its own branch next, and nothing reads the rest.
+                .args([
+                    "clone",
+                    "--no-checkout",
+                    "--single-branch",
+                    "--no-tags",
+                    "--",
+                ])
                 .arg(repo.remote)
                 .arg(&tmp)
                 .checked()
@@ -307,7 +315,8 @@ fn remove_if_empty_dir(dir: &Path) -> Result<()> {
 }
 
 impl Git {
-    /// `git fetch --prune origin <main> <branch>*…`: see `fetch`. No FETCH_HEAD is written and
+    /// `git fetch --prune --no-tags origin <main> <branch>*…`: see `fetch` (tags would make the
+    /// remote advertise every tag it has). No FETCH_HEAD is written and
     /// no maintenance runs (a `gc --auto` would hold the repo lock for seconds; the commits in
     /// the worktrees run it, outside the lock). The negotiation starts only from the tracking
     /// refs of what is fetched, never from every ref of the clone.
@@ -316,6 +325,7 @@ impl Git {
             "fetch",
             "--prune",
             "--quiet",
+            "--no-tags",
             "--no-write-fetch-head",
             "--no-auto-maintenance",
         ]);
