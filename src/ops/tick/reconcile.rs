@@ -6,6 +6,7 @@
 //! in one stage too long. Each task is one isolated row; a candidate's gate fetches `main` and its
 //! own branch only, so a pass costs what its candidates cost, whatever the remote holds.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -141,8 +142,13 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
             p.isolate(&format!("cancel job {}", job.0), r);
         }
     }
+    // The active tasks own their worktrees: one query, not one lookup per worktree.
+    let active: HashSet<(String, String)> = db::tasks::active(c)?
+        .into_iter()
+        .map(|t| (t.repo, t.work_item))
+        .collect();
     for repo in &ctx.config.repos {
-        let r = sweep_worktrees(ctx, p.plan, repo);
+        let r = sweep_worktrees(ctx, p.plan, repo, &active);
         if let Some(lines) = p.isolate(&format!("worktrees of {}", repo.name), r) {
             for l in lines {
                 p.act(l);
@@ -250,7 +256,12 @@ fn reconcile_one(ctx: &Ctx, plan: bool, t: &TaskRow, live: &[JobRow]) -> Result<
 
 /// Remove the worktrees of cancelled tasks (and of no task): a cancel removes its worktree at
 /// once, but one that died before doing so leaves it behind. Skipped while the repo is busy.
-fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>> {
+fn sweep_worktrees(
+    ctx: &Ctx,
+    plan: bool,
+    repo: &RepoCfg,
+    active: &HashSet<(String, String)>,
+) -> Result<Vec<String>> {
     let git = ctx.git();
     let dir = git.repos_dir().join("_wt").join(&repo.name);
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -262,6 +273,9 @@ fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>>
         let Ok(wi) = WorkItem::parse(&name) else {
             continue;
         };
+        if active.contains(&(repo.name.clone(), name.clone())) {
+            continue;
+        }
         let owner = db::tasks::find(ctx.db.conn(), &TaskRef::WorkItem(wi))?;
         if owner.is_none_or(|t| t.repo != repo.name || t.stage == Stage::Cancelled) {
             orphans.push(name);
