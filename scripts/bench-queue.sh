@@ -3,7 +3,7 @@
 #
 #   bash scripts/bench-queue.sh [--runs N] [--out DIR] [--keep]
 #
-# 1. builds target/release/orch;
+# 1. builds orch in release mode (in cargo's target directory, `cargo metadata`'s);
 # 2. generates three state dirs: LARGE (10,000 tasks, 100,000 finished jobs, 100 active tasks
 #    with 200 queued jobs), SMALL (100 tasks, 1,000 jobs: the same shape scaled down) and
 #    CONTROL (LARGE's live set on SMALL's history, to tell cost that grows with history from
@@ -54,7 +54,11 @@ die() { echo "bench-queue: FAIL: $*" >&2; exit 1; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GEN="$ROOT/scripts/bench_gen.py"
-ORCH="$ROOT/target/release/orch"
+# The release binary in cargo's own target directory (CARGO_TARGET_DIR, .cargo/config.toml).
+TARGET_DIR="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')" \
+    || { echo "cannot ask cargo for its target directory" >&2; exit 1; }
+ORCH="$TARGET_DIR/release/orch"
 command -v python3 >/dev/null || die "python3 is required"
 command -v cargo >/dev/null || die "cargo is required"
 [[ -f "$GEN" ]] || die "$GEN is missing"

@@ -3,7 +3,7 @@
 #
 #   bash scripts/bench-runner.sh [--runs N] [--suite-runs N] [--rss-runs N] [--out DIR] [--keep]
 #
-# 1. builds target/release/orch;
+# 1. builds orch in release mode (in cargo's target directory, `cargo metadata`'s);
 # 2. makes a world: a bare git remote with one commit on `main`, an orch.yaml with one repo
 #    `shop` whose `tests.argv` is rewritten before each measurement, one task (`orch task add`);
 #    checks `orch --version`;
@@ -68,7 +68,11 @@ die() { echo "bench-runner: FAIL: $*" >&2; exit 1; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 HELPER="$ROOT/scripts/bench_runner.py"
-ORCH="$ROOT/target/release/orch"
+# The release binary in cargo's own target directory (CARGO_TARGET_DIR, .cargo/config.toml).
+TARGET_DIR="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')" \
+    || { echo "cannot ask cargo for its target directory" >&2; exit 1; }
+ORCH="$TARGET_DIR/release/orch"
 command -v python3 >/dev/null || die "python3 is required"
 command -v cargo >/dev/null || die "cargo is required"
 command -v git >/dev/null || die "git is required"

@@ -9,8 +9,16 @@
       throughput: N analyst jobs through 8 slots with the stub agent, ticking every 0.2 s.
   bench_tick.py c --orch BIN --out DIR --runs N
       `orch demo` end to end, N times.
+  bench_tick.py d --orch BIN --root REPO --out DIR --jobs N [--timeout S]
+      part B's world at max_concurrency 1, with the floor (git worktree add + commit + push)
+      measured on the same remote before and after.
+  bench_tick.py e --orch BIN --out DIR --queued N --runs N [--pueue-root DIR]
+      `orch task add` and `orch queue --json` against `pueue add` and `pueue status --json`.
+  bench_tick.py targets --orch BIN --out DIR
+      the targets of issue 13 side by side, from DIR/results.json.
 
-Each part prints its report and appends its PASS/MISS lines to DIR/summary.txt. Exit status:
+Each part prints its report, appends its PASS/MISS lines to DIR/summary.txt and its figures to
+DIR/results.json (read by `targets`). Exit status:
 0 when the part ran (targets met or not), 1 when a step or a correctness check failed, 3 when
 part B was stopped (timeout, SIGTERM or SIGINT) before every job finished: its report then
 covers the jobs that did finish.
@@ -35,6 +43,7 @@ import time
 BASE_ENV = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
 VERDICT = {True: "PASS", False: "MISS"}
 SUMMARY = None  # path of DIR/summary.txt
+RESULTS = None  # path of DIR/results.json
 FAILURES = []
 
 
@@ -56,6 +65,20 @@ def summary(line):
     if SUMMARY:
         with open(SUMMARY, "a") as f:
             f.write(line + "\n")
+
+
+def record(**figures):
+    """Merge figures into DIR/results.json, which `targets` reads."""
+    if not RESULTS:
+        return
+    try:
+        with open(RESULTS) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = {}
+    data.update(figures)
+    with open(RESULTS, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
 
 
 def loadavg():
@@ -234,6 +257,18 @@ def part_a(a):
         if orphans:
             print(f"    note: the reconciler would have run git on /nonexistent for "
                   f"{len(orphans)} task(s) {orphans[:10]}; they are paused so the pass is empty")
+        # One real pass settles what a first tick does once and never again: it cancels the
+        # queued jobs the generator left on finished tasks and journals one stage-age alert per
+        # task that sits in its stage past a day (stderr: the alert lines).
+        code, stdout, _ = run_capture([orch, "--config", cfg, "tick", "--json"])
+        if code != 0:
+            fail(f"{name}: the settling `orch tick --json` exited {code}\n{stdout}")
+        settled = json.loads(stdout)["actions"]
+        print(f"    settling tick: {len(settled)} actions ("
+              f"{sum(a.startswith('cancel job') for a in settled)} queued jobs of finished "
+              f"tasks cancelled, {sum(a.startswith('alert:') for a in settled)} stage-age "
+              f"alerts journaled)")
+        c["queued_jobs"] -= sum(a.startswith("cancel job") for a in settled)
         # The plan must be empty: no reap, no reclaim, no reconcile, no launch, no error.
         code, stdout, stderr = run_capture([orch, "--config", cfg, "tick", "--plan", "--json"])
         if code != 0:
@@ -262,6 +297,7 @@ def part_a(a):
         cmds[name] = [
             ("tick", [orch, "--config", cfg, "tick"]),
             ("tick --plan", [orch, "--config", cfg, "tick", "--plan"]),
+            ("queue --json", [orch, "--config", cfg, "queue", "--json"]),
             ("--version (floor)", [orch, "--version"]),
         ]
 
@@ -321,6 +357,14 @@ def part_a(a):
           f"({(tl[0] / tc[0] - 1) * 100:+.0f}%), {tl[2] - tc[2]:+.2f} ms CPU "
           f"({(tl[2] / tc[2] - 1) * 100:+.0f}%); the live set: control vs small (10x the "
           f"active tasks and queued jobs) {tc[0] - ts[0]:+.2f} ms wall, {tc[2] - ts[2]:+.2f} ms CPU")
+    ql, qc = stats[("queue --json", "large")], stats[("queue --json", "control")]
+    ver = stats[("--version (floor)", "large")]
+    print(f"  orch queue --json, medians: large/control {ql[0] / qc[0]:.2f}x, large/--version "
+          f"{ql[0] / floor:.2f}x; CPU large/control {ql[2] / qc[2]:.2f}x")
+    record(a_tick_large_ms=tl[0], a_tick_control_ms=tc[0], a_tick_small_ms=ts[0],
+           a_queue_large_ms=ql[0], a_queue_control_ms=qc[0], a_version_ms=floor,
+           a_tick_large_cpu_ms=tl[2], a_tick_control_cpu_ms=tc[2], a_queue_large_cpu_ms=ql[2],
+           a_queue_control_cpu_ms=qc[2], a_version_cpu_ms=ver[2])
     profile_tick(a, {n: cmds[n][0][1] for n in DBS})
     print()
     print("  " + load_note(load_before, load_after))
@@ -643,14 +687,17 @@ def report_timeline(tls, drain, n_done):
 
 
 
-def part_b(a):
+def throughput(a, slots, tag, before_run=None, after_run=None):
+    """N analyst jobs through `slots` slots (part B with 8, part D with 1). `before_run` and
+    `after_run` are called with the bare remote's path before the first tick and after the
+    last job (part D measures the floor there)."""
     n, orch, root = a.jobs, a.orch, a.root
     timeout = a.timeout or max(300, int(1.8 * n))
-    world = os.path.join(a.out, f"throughput-{n}")
+    world = os.path.join(a.out, f"throughput-{n}-x{slots}")
     if os.path.exists(world):
         shutil.rmtree(world)
     os.makedirs(world)
-    print(f"== B. throughput: {n} analyst jobs, max_concurrency {SLOTS}, a tick every "
+    print(f"== {tag}. throughput: {n} analyst jobs, max_concurrency {slots}, a tick every "
           f"{TICK_EVERY} s (timeout {timeout} s), world in {world}")
     remote = os.path.join(world, "remote.git")
     seed = os.path.join(world, "seed")
@@ -673,8 +720,11 @@ def part_b(a):
     with open(cfg, "w") as f:
         f.write(
             f"state_dir: {json.dumps(state)}\n"
-            f"max_concurrency: {SLOTS}\n"
+            f"max_concurrency: {slots}\n"
             f"agent:\n  argv: [{json.dumps(stub)}]\n"
+            # The agent runs confined where bubblewrap is installed (the default); the stub's
+            # run log and counters live in the world directory.
+            f"  sandbox_writable: [{json.dumps(world)}]\n"
             f"scheduler:\n  retry_backoff_s: 1\n"
             f"repos:\n  - name: shop\n    remote: {json.dumps(remote)}\n    prefix: SHOP\n"
             f"    serial_gate: false\n")
@@ -702,6 +752,9 @@ def part_b(a):
         fail(f"after {n} `task add`: {queued} queued analyst jobs, {total} jobs in all")
     print(f"  task add x{n}: {add_total:.2f} s in all; per add median {statistics.median(adds):.2f}"
           f" ms, max {max(adds):.2f} ms; {n} queued analyst jobs")
+
+    if before_run:
+        before_run(remote, world)
 
     # ---- tick until every job is done ---------------------------------------------------
     env = dict(BASE_ENV, STUB_RUN_LOG=run_log, STUB_STATE_DIR=stub_state,
@@ -845,12 +898,12 @@ def part_b(a):
     if complete:
         check(stages == [("analysis", n)],
               f"every task waits for approval in `analysis`: {stages}")
-    check(watcher.max_running <= SLOTS,
-          f"sampled max running <= {SLOTS}: {watcher.max_running} over {watcher.samples} "
+    check(watcher.max_running <= slots,
+          f"sampled max running <= {slots}: {watcher.max_running} over {watcher.samples} "
           f"samples (every 20 ms)")
     check(not watcher.errors, f"the watcher read without error ({len(watcher.errors)} errors)")
     max_rep_running = max((t[3] or {}).get("running", 0) for t in ticks)
-    check(max_rep_running <= SLOTS, f"max `running` reported by a tick <= {SLOTS}: "
+    check(max_rep_running <= slots, f"max `running` reported by a tick <= {slots}: "
           f"{max_rep_running}")
     launched = sum((t[3] or {}).get("launched", 0) for t in ticks)
     check(launched == (n if complete else launched) and all(len(v) == 1 for v in launches.values()),
@@ -887,7 +940,7 @@ def part_b(a):
     # sample), not the few that the running supervisors finished afterwards.
     done_for_rate = n if complete else (watcher.series[-1][1] if watcher.series else 0)
     rate = done_for_rate / drain if drain > 0 else float("nan")
-    per_job = drain * SLOTS / done_for_rate * 1000 if done_for_rate else float("nan")
+    per_job = drain * slots / done_for_rate * 1000 if done_for_rate else float("nan")
     overhead = per_job - mean_agent
     mean_running = watcher.running_sum / watcher.samples if watcher.samples else float("nan")
     tick_walls = [t[1] * 1000 for t in ticks]
@@ -899,6 +952,10 @@ def part_b(a):
     for jid, dur in ((r[0], r[1]) for r in runs):
         tl = timeline.get(jid)
         t_launch = launches.get(jid, [None])[0]
+        if tl and tl.get("first_adv") is None:
+            # No git command between the push and the gate's verdict (it read the worktree it
+            # had just pushed): segment 6 is empty.
+            tl["first_adv"] = tl.get("gate")
         if tl and t_launch is not None and dur is not None and all(
                 tl.get(k) is not None for k in ("first_pre", "agent", "agent_end", "pushed",
                                                 "first_adv", "gate")):
@@ -915,18 +972,18 @@ def part_b(a):
     print(f"    mean agent run time            {mean_agent:.1f} ms (agent_runs.duration_ms; "
           f"median {statistics.median(durs) if durs else float('nan'):.0f}, p95 "
           f"{pct(durs, 95):.0f}, max {max(durs, default=0)} ms)")
-    print(f"    slot time per job              {per_job:.1f} ms = wall {drain:.2f} s x {SLOTS} "
+    print(f"    slot time per job              {per_job:.1f} ms = wall {drain:.2f} s x {slots} "
           f"slots / {done_for_rate} jobs")
     print(f"    orchestration overhead per job {overhead:.1f} ms = slot time per job - mean "
           f"agent time ({per_job:.1f} - {mean_agent:.1f})")
-    print(f"      (the pool of {SLOTS} slots offers wall x {SLOTS} slot-seconds; spread over the "
+    print(f"      (the pool of {slots} slots offers wall x {slots} slot-seconds; spread over the "
           f"jobs it is what each job cost the pool; minus the agent's own run it is the cost of "
           f"orchestrating one job: waiting for a tick to fill the freed slot, the supervisor's "
           f"start, git clone/fetch/worktree, commit + push, the database writes, and the CPU "
           f"contention of all that on {os.cpu_count()} CPUs. It is exact only if the slots "
-          f"stay full; they were {mean_running:.2f} of {SLOTS} busy on average)")
+          f"stay full; they were {mean_running:.2f} of {slots} busy on average)")
     print(f"    mean running (sampled)         {mean_running:.2f}; max {watcher.max_running} "
-          f"(<= {SLOTS})")
+          f"(<= {slots})")
     print(f"    ticks                          {len(ticks)}: median {statistics.median(tick_walls):.1f}"
           f" ms, max {max(tick_walls):.1f} ms; those that launched ({len(launching)}): median "
           f"{statistics.median(launching) if launching else float('nan'):.1f} ms; the others "
@@ -945,6 +1002,7 @@ def part_b(a):
         report_timeline(tls, drain, done_for_rate)
     # Completion rate per tenth of the jobs.
     series = watcher.series
+    tenths = []
     if series and done_for_rate >= 10:
         marks = []
         for d in range(1, 11):
@@ -958,26 +1016,49 @@ def part_b(a):
                 break
             span = hit - prev
             rates.append(f"{(done_for_rate // 10) / span:.1f}" if span > 0 else "inf")
+            tenths.append((done_for_rate // 10) / span if span > 0 else float("inf"))
             prev = hit
         print(f"    jobs/s per tenth of the run    {' '.join(rates)}")
     print(f"    {load_note(load_before, load_after)}"
           + (f"; sampled during the run: {' '.join(loads)}" if loads else ""))
     print()
-    tag = "" if complete else f" [INCOMPLETE: {stopped}; {n_done}/{n} done]"
-    summary(f"B. throughput, {n} analyst jobs, max_concurrency {SLOTS}, tick every "
-            f"{TICK_EVERY} s{tag}:")
+    k = tag.lower()
+    record(**{f"{k}_jobs": n, f"{k}_slots": slots, f"{k}_complete": complete,
+              f"{k}_done": done_for_rate, f"{k}_rate": rate, f"{k}_overhead_ms": overhead,
+              f"{k}_agent_ms": mean_agent, f"{k}_tenths": tenths,
+              f"{k}_add_ms": statistics.median(adds), f"{k}_correct": not FAILURES})
+    if after_run:
+        after_run(remote, world)
+    incomplete = "" if complete else f" [INCOMPLETE: {stopped}; {n_done}/{n} done]"
+    summary(f"{tag}. throughput, {n} analyst jobs, max_concurrency {slots}, tick every "
+            f"{TICK_EVERY} s{incomplete}:")
     summary(f"  task add x{n}: {add_total:.2f} s ({add_total / n * 1000:.1f} ms per add)")
     summary(f"  draining {drain:.2f} s for {done_for_rate} jobs: {rate:.2f} jobs/s; mean agent "
-            f"{mean_agent:.1f} ms; overhead per job {overhead:.1f} ms (= wall x {SLOTS} / N - "
+            f"{mean_agent:.1f} ms; overhead per job {overhead:.1f} ms (= wall x {slots} / N - "
             f"mean agent)")
     summary(f"  exactly once (run log == N, distinct ids == N, all done/attempts 1, none failed): "
             f"{'PASS' if complete and not FAILURES else ('FAIL' if FAILURES else 'incomplete')}")
-    summary(f"  max running sampled {watcher.max_running} <= {SLOTS}: "
-            f"{'PASS' if watcher.max_running <= SLOTS else 'FAIL'}")
+    summary(f"  max running sampled {watcher.max_running} <= {slots}: "
+            f"{'PASS' if watcher.max_running <= slots else 'FAIL'}")
     if FAILURES:
         sys.exit(1)
     if not complete:
         sys.exit(3)
+
+
+def part_b(a):
+    floors = {}
+
+    def before(remote, world):
+        floors["before"] = measure_floor(remote, world, "before", runs=10)
+
+    def after(remote, world):
+        # Plain git on the remote the run left (a branch per job): what any client pays there.
+        floors["after"] = measure_floor(remote, world, "after", runs=10)
+        record(b_floor_before_ms=statistics.median(floors["before"]),
+               b_floor_after_ms=statistics.median(floors["after"]))
+
+    throughput(a, 8, "B", before, after)
 
 
 # ============================================================================ part C
@@ -1024,10 +1105,263 @@ def part_c(a):
         sys.exit(1)
 
 
+# ============================================================================ part D
+
+FLOOR_RUNS = 20
+
+
+def measure_floor(remote, world, label, runs=FLOOR_RUNS):
+    """The floor of one job's git work, with plain git on `remote`: `git worktree add` of a new
+    branch from origin/main, one commit (write a file, `git add -A`, `git commit`), and `git
+    push` of that commit, `runs` times in a clone of the remote; the branches are deleted after.
+    Returns the per-run totals in ms."""
+    clone = os.path.join(world, f"floor-clone-{label}")
+    if os.path.exists(clone):
+        shutil.rmtree(clone)
+    git("clone", "-q", "--no-checkout", remote, clone)
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@orch.invalid"]
+    totals, parts = [], {"worktree add": [], "commit": [], "push": []}
+    branches = []
+    for i in range(runs):
+        branch = f"floor/{label}-{i}"
+        wt = os.path.join(world, f"floor-wt-{label}-{i}")
+        t0 = time.perf_counter()
+        git("-C", clone, "worktree", "add", "-q", "-b", branch, wt, "origin/main")
+        t1 = time.perf_counter()
+        with open(os.path.join(wt, f"floor-{i}.md"), "w") as fh:
+            fh.write(f"floor run {i} at {time.time()}\n")
+        git("-C", wt, "add", "-A")
+        git("-C", wt, *ident, "commit", "-q", "-m", f"floor {i}")
+        t2 = time.perf_counter()
+        git("-C", wt, "push", "-q", "origin", f"HEAD:refs/heads/{branch}")
+        t3 = time.perf_counter()
+        totals.append((t3 - t0) * 1000)
+        parts["worktree add"].append((t1 - t0) * 1000)
+        parts["commit"].append((t2 - t1) * 1000)
+        parts["push"].append((t3 - t2) * 1000)
+        branches.append(branch)
+    git("-C", clone, "push", "-q", "origin", "--delete", *branches)
+    shutil.rmtree(clone, ignore_errors=True)
+    for i in range(runs):
+        shutil.rmtree(os.path.join(world, f"floor-wt-{label}-{i}"), ignore_errors=True)
+    print(f"  floor ({label}, {runs} runs, plain git on the benchmark's remote): median "
+          f"{statistics.median(totals):.1f} ms (worktree add "
+          f"{statistics.median(parts['worktree add']):.1f}, commit "
+          f"{statistics.median(parts['commit']):.1f}, push {statistics.median(parts['push']):.1f}"
+          f"), max {max(totals):.1f} ms", flush=True)
+    return totals
+
+
+def part_d(a):
+    floors = {}
+
+    def before(remote, world):
+        floors["before"] = measure_floor(remote, world, "before")
+
+    def after(remote, world):
+        floors["after"] = measure_floor(remote, world, "after")
+        both = floors["before"] + floors["after"]
+        record(d_floor_ms=statistics.median(both),
+               d_floor_before_ms=statistics.median(floors["before"]),
+               d_floor_after_ms=statistics.median(floors["after"]))
+
+    throughput(a, 1, "D", before, after)
+
+
+# ============================================================================ part E
+
+def install_pueue(root, out):
+    """`cargo install pueue --locked --root ROOT` unless ROOT already has both binaries."""
+    bins = [os.path.join(root, "bin", b) for b in ("pueue", "pueued")]
+    if all(os.access(b, os.X_OK) for b in bins):
+        print(f"  pueue: using {root}")
+        return bins
+    print(f"  pueue: cargo install pueue --locked --root {root} (compiles it; a few minutes)",
+          flush=True)
+    t0 = time.perf_counter()
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(out, "pueue-target"))
+    log = os.path.join(out, "pueue-install.log")
+    code, _, _ = spawn([shutil.which("cargo") or "cargo", "install", "--quiet", "--locked",
+                        "--root", root, "pueue"], env=env, stdout_path=log, stderr_path=log)
+    if code != 0 or not all(os.access(b, os.X_OK) for b in bins):
+        fail(f"`cargo install pueue` exited {code}; see {log}")
+    shutil.rmtree(os.path.join(out, "pueue-target"), ignore_errors=True)
+    print(f"  pueue: installed in {time.perf_counter() - t0:.0f} s")
+    return bins
+
+
+def part_e(a):
+    n, orch, out = a.queued, a.orch, a.out
+    print(f"== E. orch against pueue with {n} queued entries")
+    pueue, pueued = install_pueue(a.pueue_root or os.path.join(out, "pueue-root"), out)
+    code, ver, _ = run_capture([pueue, "--version"])
+    home = os.path.join(out, "pueue")
+    if os.path.exists(home):
+        shutil.rmtree(home)
+    os.makedirs(home)
+    pcfg = os.path.join(home, "pueue.yml")
+    with open(pcfg, "w") as f:
+        f.write("shared:\n"
+                f"  pueue_directory: {json.dumps(home)}\n"
+                f"  runtime_directory: {json.dumps(home)}\n"
+                "  use_unix_socket: true\n"
+                f"  unix_socket_path: {json.dumps(os.path.join(home, 'pueue.socket'))}\n"
+                f"  pid_path: {json.dumps(os.path.join(home, 'pueue.pid'))}\n"
+                "daemon:\n  default_parallel_tasks: 1\n")
+    penv = {k: v for k, v in BASE_ENV.items() if not k.startswith("PUEUE")}
+    penv["HOME"] = home
+    penv.pop("XDG_RUNTIME_DIR", None)
+    penv.pop("XDG_CONFIG_HOME", None)
+    daemon_log = open(os.path.join(home, "pueued.log"), "w")
+    daemon = subprocess.Popen([pueued, "-c", pcfg], env=penv, stdin=subprocess.DEVNULL,
+                              stdout=daemon_log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 30
+        while True:
+            code, _, err = run_capture([pueue, "-c", pcfg, "status", "--json"], env=penv)
+            if code == 0:
+                break
+            if time.time() > deadline or daemon.poll() is not None:
+                fail(f"pueued did not answer within 30 s: {err.strip()}")
+            time.sleep(0.1)
+        # Nothing may start: the default group is paused before the first add.
+        code, _, err = run_capture([pueue, "-c", pcfg, "pause"], env=penv)
+        if code != 0:
+            fail(f"`pueue pause` exited {code}: {err.strip()}")
+        print(f"  {ver.strip()}: daemon pid {daemon.pid}, paused, state in {home}")
+
+        world = os.path.join(out, f"queue-{n}")
+        if os.path.exists(world):
+            shutil.rmtree(world)
+        os.makedirs(world)
+        cfg = os.path.join(world, "orch.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"state_dir: {json.dumps(os.path.join(world, 'state'))}\n"
+                    "repos:\n  - name: shop\n    remote: /nonexistent/shop.git\n"
+                    "    prefix: SHOP\n    serial_gate: false\n")
+        err = os.path.join(world, "add.stderr")
+        orch_add, pueue_add = [], []
+        for i in range(1, n + 1):
+            code, wall, _ = spawn([orch, "--config", cfg, "task", "add", "--repo", "shop",
+                                   "--title", f"bench task {i}"], stderr_path=err)
+            if code != 0:
+                fail(f"`orch task add` #{i} exited {code}: {open(err).read().strip()}")
+            orch_add.append(wall * 1000)
+            code, wall, _ = spawn([pueue, "-c", pcfg, "add", "--", "true", f"bench-task-{i}"],
+                                  env=penv, stderr_path=err)
+            if code != 0:
+                fail(f"`pueue add` #{i} exited {code}: {open(err).read().strip()}")
+            pueue_add.append(wall * 1000)
+        # Both must hold exactly n queued entries.
+        code, stdout, err_text = run_capture([orch, "--config", cfg, "queue", "--json"])
+        if code != 0 or len(json.loads(stdout)["queued"]) != n:
+            fail(f"`orch queue --json` does not list {n} queued jobs (exit {code}) {err_text}")
+        orch_bytes = len(stdout)
+        code, stdout, err_text = run_capture([pueue, "-c", pcfg, "status", "--json"], env=penv)
+        tasks = json.loads(stdout).get("tasks", {}) if code == 0 else {}
+        queued = [t for t in tasks.values() if "Queued" in json.dumps(t.get("status"))]
+        if len(tasks) != n or len(queued) != n:
+            fail(f"`pueue status --json` lists {len(tasks)} tasks, {len(queued)} queued; "
+                 f"expected {n} queued (exit {code}) {err_text}")
+        pueue_bytes = len(stdout)
+        print(f"  {n} adds each: orch task add median {statistics.median(orch_add):.2f} ms "
+              f"(first tenth {statistics.median(orch_add[:n // 10]):.2f}, last tenth "
+              f"{statistics.median(orch_add[-(n // 10):]):.2f}); pueue add median "
+              f"{statistics.median(pueue_add):.2f} ms (first tenth "
+              f"{statistics.median(pueue_add[:n // 10]):.2f}, last tenth "
+              f"{statistics.median(pueue_add[-(n // 10):]):.2f})")
+        print(f"  both list {n} queued entries: orch queue --json {orch_bytes} bytes, pueue "
+              f"status --json {pueue_bytes} bytes")
+        cmds = [("orch queue --json", [orch, "--config", cfg, "queue", "--json"], BASE_ENV),
+                ("pueue status --json", [pueue, "-c", pcfg, "status", "--json"], penv),
+                ("orch --version", [orch, "--version"], BASE_ENV)]
+        walls = {c[0]: [] for c in cmds}
+        for i in range(a.warmup + a.runs):
+            for label, argv, env in cmds:
+                code, wall, _ = spawn(argv, env=env)
+                if code != 0:
+                    fail(f"`{' '.join(argv)}` exited {code}")
+                if i >= a.warmup:
+                    walls[label].append(wall * 1000)
+        print()
+        table(("command", "median ms", "max ms"),
+              [(k, f"{statistics.median(v):.2f}", f"{max(v):.2f}") for k, v in walls.items()])
+        print()
+    finally:
+        run_capture([pueue, "-c", pcfg, "shutdown"], env=penv)
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        daemon_log.close()
+    oq = statistics.median(walls["orch queue --json"])
+    pq = statistics.median(walls["pueue status --json"])
+    oa, pa = statistics.median(orch_add), statistics.median(pueue_add)
+    record(e_queued=n, e_orch_queue_ms=oq, e_pueue_status_ms=pq, e_orch_add_ms=oa,
+           e_pueue_add_ms=pa, e_orch_add_last_ms=statistics.median(orch_add[-(n // 10):]),
+           e_pueue_add_last_ms=statistics.median(pueue_add[-(n // 10):]))
+    summary(f"E. orch vs pueue, {n} queued: queue --json {oq:.2f} ms vs pueue status --json "
+            f"{pq:.2f} ms; task add {oa:.2f} ms vs pueue add {pa:.2f} ms (medians)")
+
+
+# ============================================================================ targets
+
+def targets(a):
+    try:
+        with open(RESULTS) as f:
+            r = json.load(f)
+    except (OSError, ValueError):
+        print("no results.json: no part ran")
+        return
+    rows = []
+
+    def row(part, what, figure, goal, ok):
+        rows.append((part, what, figure, goal, "n/a" if ok is None else VERDICT[bool(ok)]))
+
+    if "d_overhead_ms" in r:
+        o, fl = r["d_overhead_ms"], r.get("d_floor_ms")
+        row("D", f"overhead per job, concurrency 1 ({r['d_done']} jobs)", f"{o:.0f} ms",
+            "<= 300 ms", r["d_complete"] and o <= 300)
+        if fl:
+            row("D", "  ... against the floor (worktree add + commit + push, "
+                f"median {fl:.0f} ms: before {r['d_floor_before_ms']:.0f}, after "
+                f"{r['d_floor_after_ms']:.0f})", f"{o / fl:.2f}x", "<= 4x",
+                r["d_complete"] and o <= 4 * fl)
+    if "b_rate" in r:
+        row("B", f"{r['b_jobs']} jobs, concurrency 8, one repo", f"{r['b_rate']:.2f} jobs/s",
+            ">= 8 jobs/s", r["b_complete"] and r["b_rate"] >= 8)
+        t = r.get("b_tenths") or []
+        if len(t) >= 2:
+            row("B", f"  last tenth / first tenth ({t[-1]:.1f} / {t[0]:.1f} jobs/s)",
+                f"{t[-1] / t[0]:.2f}x", ">= 0.7x", t[-1] >= 0.7 * t[0])
+        row("B", "  (info) overhead per job", f"{r['b_overhead_ms']:.0f} ms", "", None)
+        if "b_floor_before_ms" in r:
+            row("B", "  (info) plain git's floor on that remote, before / after the run",
+                f"{r['b_floor_before_ms']:.0f} / {r['b_floor_after_ms']:.0f} ms", "", None)
+    if "e_orch_queue_ms" in r:
+        row("E", f"orch queue --json vs pueue status --json, {r['e_queued']} queued",
+            f"{r['e_orch_queue_ms']:.1f} vs {r['e_pueue_status_ms']:.1f} ms", "orch <= pueue",
+            r["e_orch_queue_ms"] <= r["e_pueue_status_ms"])
+        row("E", "orch task add vs pueue add (medians over the adds)",
+            f"{r['e_orch_add_ms']:.1f} vs {r['e_pueue_add_ms']:.1f} ms", "orch <= pueue",
+            r["e_orch_add_ms"] <= r["e_pueue_add_ms"])
+    if "a_tick_large_ms" in r:
+        v = r["a_version_ms"]
+        for what, big, ctl in (("tick", r["a_tick_large_ms"], r["a_tick_control_ms"]),
+                               ("queue --json", r["a_queue_large_ms"], r["a_queue_control_ms"])):
+            row("A", f"idle {what}: large ({big:.1f} ms) / 1% history ({ctl:.1f} ms)",
+                f"{big / ctl:.2f}x", "<= 1.2x", big <= 1.2 * ctl)
+            row("A", f"idle {what}: large / orch --version ({v:.1f} ms)", f"{big / v:.2f}x",
+                "<= 5x", big <= 5 * v)
+    print(f"== targets of issue 13 ({a.orch}; load average now {loadavg()})")
+    table(("part", "target", "figure", "goal", "verdict"), rows, left=2)
+
+
 def main():
-    global SUMMARY
+    global SUMMARY, RESULTS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=("a", "b", "c"))
+    ap.add_argument("part", choices=("a", "b", "c", "d", "e", "targets"))
     ap.add_argument("--orch", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1035,9 +1369,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--timeout", type=int, default=0)
+    ap.add_argument("--queued", type=int, default=2000)
+    ap.add_argument("--pueue-root", default=None)
     a = ap.parse_args()
     SUMMARY = os.path.join(a.out, "summary.txt")
-    {"a": part_a, "b": part_b, "c": part_c}[a.part](a)
+    RESULTS = os.path.join(a.out, "results.json")
+    {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e,
+     "targets": targets}[a.part](a)
 
 
 if __name__ == "__main__":

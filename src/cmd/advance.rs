@@ -67,6 +67,7 @@ pub fn run(ctx: &mut Ctx, a: AdvanceArgs) -> Result<Code> {
         as_role,
         to,
         note: None,
+        pushed: false,
         dry_run: a.dry_run,
         actor: if as_role.is_some() {
             Actor::Supervisor

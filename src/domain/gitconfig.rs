@@ -77,6 +77,13 @@ pub fn is_denied(k: &Key) -> bool {
 
 /// Every key of `text`, in order.
 pub fn keys(text: &str) -> Result<Vec<Key>, String> {
+    Ok(entries(text)?.into_iter().map(|(k, _)| k).collect())
+}
+
+/// Every key of `text` with its value as git reads it (quotes removed, escapes decoded, the
+/// trailing blanks outside quotes dropped), in order; `None` for a key without `=` (a boolean
+/// `true`).
+pub fn entries(text: &str) -> Result<Vec<(Key, Option<String>)>, String> {
     let mut p = Reader {
         s: text.as_bytes(),
         i: 0,
@@ -97,16 +104,35 @@ pub fn keys(text: &str) -> Result<Vec<Key>, String> {
                 let Some((sec, sub)) = &section else {
                     return Err(p.err("a key before any section"));
                 };
-                p.value()?;
-                out.push(Key {
-                    section: sec.clone(),
-                    subsection: sub.clone(),
-                    name,
-                });
+                let value = p.value()?;
+                out.push((
+                    Key {
+                        section: sec.clone(),
+                        subsection: sub.clone(),
+                        name,
+                    },
+                    value,
+                ));
             }
             _ => return Err(p.err("not a section, a key or a comment")),
         }
     }
+}
+
+/// The values of `section[.subsection].name` in `text`, in order (`name` in lower case).
+pub fn values(
+    text: &str,
+    section: &str,
+    subsection: Option<&str>,
+    name: &str,
+) -> Result<Vec<Option<String>>, String> {
+    Ok(entries(text)?
+        .into_iter()
+        .filter(|(k, _)| {
+            k.section == section && k.subsection.as_deref() == subsection && k.name == name
+        })
+        .map(|(_, v)| v)
+        .collect())
 }
 
 struct Reader<'a> {
@@ -223,48 +249,68 @@ impl Reader<'_> {
     }
 
     /// After a key: nothing (a boolean), or `= value` up to an unquoted, unescaped newline.
-    fn value(&mut self) -> Result<(), String> {
+    fn value(&mut self) -> Result<Option<String>, String> {
         self.skip_spaces();
         match self.peek() {
-            None | Some(b'\n') => return Ok(()),
+            None | Some(b'\n') => return Ok(None),
             Some(b'#' | b';') => {
                 self.skip_line();
-                return Ok(());
+                return Ok(None);
             }
             Some(b'=') => {
                 self.bump();
             }
             Some(_) => return Err(self.err("a key followed by neither `=` nor the line's end")),
         }
+        // Bytes of the value, and how many of them end in blanks outside quotes (git drops
+        // those, and the ones before the first other byte).
+        let mut v: Vec<u8> = Vec::new();
+        let mut kept = 0;
         let mut quoted = false;
         loop {
             match self.bump() {
-                None => {
-                    return if quoted {
-                        Err(self.err("an unterminated quoted value"))
-                    } else {
-                        Ok(())
-                    };
-                }
-                Some(b'\n') if !quoted => return Ok(()),
+                None if quoted => return Err(self.err("an unterminated quoted value")),
+                None => break,
+                Some(b'\n') if !quoted => break,
                 Some(b'\n') => return Err(self.err("a quoted value across lines")),
-                Some(b'"') => quoted = !quoted,
-                Some(b'\\') => match self.bump() {
-                    // A continuation: the value goes on on the next line.
-                    Some(b'\n') => {}
-                    Some(b'\r') if self.peek() == Some(b'\n') => {
-                        self.bump();
+                Some(b'"') => {
+                    quoted = !quoted;
+                    kept = v.len();
+                }
+                Some(b'\\') => {
+                    match self.bump() {
+                        // A continuation: the value goes on on the next line.
+                        Some(b'\n') => {}
+                        Some(b'\r') if self.peek() == Some(b'\n') => {
+                            self.bump();
+                        }
+                        Some(b'n') => v.push(b'\n'),
+                        Some(b't') => v.push(b'\t'),
+                        Some(b'b') => v.push(8),
+                        Some(c @ (b'"' | b'\\')) => v.push(c),
+                        _ => return Err(self.err("an invalid escape in a value")),
                     }
-                    Some(b'n' | b't' | b'b' | b'"' | b'\\') => {}
-                    _ => return Err(self.err("an invalid escape in a value")),
-                },
+                    kept = v.len();
+                }
                 Some(b'#' | b';') if !quoted => {
                     self.skip_line();
-                    return Ok(());
+                    break;
                 }
-                Some(_) => {}
+                // Git writes every blank between words as one space.
+                Some(b' ' | b'\t') if !quoted => {
+                    if !v.is_empty() {
+                        v.push(b' ');
+                    }
+                }
+                Some(b'\r') if !quoted && self.peek() == Some(b'\n') => {}
+                Some(c) => {
+                    v.push(c);
+                    kept = v.len();
+                }
             }
         }
+        v.truncate(kept);
+        Ok(Some(String::from_utf8_lossy(&v).into_owned()))
     }
 }
 
@@ -327,6 +373,35 @@ mod tests {
         for (text, key) in cases {
             assert_eq!(denied(text), Ok(vec![key.to_string()]), "{text:?}");
         }
+    }
+
+    #[test]
+    fn values_are_read_as_git_reads_them() {
+        let text = "[remote \"origin\"]\n\turl = /srv/git/shop.git  # a comment\n\t\
+                    fetch = +refs/heads/*:refs/remotes/origin/*\n\tfetch = \"a b\" c\\\n d \n\
+                    [extensions]\n\tobjectFormat = sha256\n\tworktreeConfig\n";
+        let url = values(text, "remote", Some("origin"), "url").unwrap();
+        assert_eq!(url, vec![Some("/srv/git/shop.git".to_string())]);
+        let fetch = values(text, "remote", Some("origin"), "fetch").unwrap();
+        assert_eq!(
+            fetch,
+            vec![
+                Some("+refs/heads/*:refs/remotes/origin/*".to_string()),
+                Some("a b c d".to_string())
+            ]
+        );
+        assert_eq!(
+            values(text, "extensions", None, "objectformat").unwrap(),
+            vec![Some("sha256".to_string())]
+        );
+        assert_eq!(
+            values(text, "extensions", None, "worktreeconfig").unwrap(),
+            vec![None]
+        );
+        assert_eq!(
+            values("[a]\n\tb = \"  x \"\t\n", "a", None, "b").unwrap(),
+            vec![Some("  x ".to_string())]
+        );
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct Request {
     /// Appended to the reason of the history rows this advance writes (a runner's outcome
     /// class, exit code and duration).
     pub note: Option<String>,
+    /// The caller has just pushed the task branch from the task's worktree (the supervisor, a
+    /// runner): the gate reads that worktree without a fetch (`gather::open_pushed`).
+    pub pushed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -146,7 +149,12 @@ pub fn advance(ctx: &Ctx, req: &Request) -> Result<Report> {
     if lease.is_some() {
         failpoint::hit("advance.lease-taken");
     }
-    let view = match gather::open(ctx, &task, &repo) {
+    let opened = if req.pushed {
+        gather::open_pushed(ctx, &task, &repo)
+    } else {
+        gather::open(ctx, &task, &repo)
+    };
+    let view = match opened {
         Ok(v) => v,
         // The repo stayed locked past its deadline: nothing was decided, try later.
         Err(e) if crate::error::code_of(&e) == crate::error::Code::Busy => {

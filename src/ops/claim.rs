@@ -33,6 +33,9 @@ pub fn plan(ctx: &Ctx) -> Result<Vec<Claimed>> {
     let mut out = Vec::new();
     let mut busy = std::collections::HashSet::new();
     for j in queued {
+        if world.dispatch_closed() {
+            break;
+        }
         if busy.contains(&j.task_id.0) || world.wait(&j).is_some() {
             continue;
         }
@@ -98,6 +101,9 @@ fn hold_over_budget(
 pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
     ctx.db.write(|tx| {
         let world = World::gather_in(tx, &ctx.config, ctx.now)?;
+        if world.dispatch_closed() {
+            return Ok(None);
+        }
         for j in world.jobs.iter().filter(|j| j.status == JobStatus::Queued) {
             if world.wait(j).is_some() {
                 continue;

@@ -1,7 +1,9 @@
-//! Gathers the facts an exit gate reads (design §3.2): fetch the repo clone, fast-forward a clean
-//! task worktree, pick where to look (worktree → `origin/<task branch>` → `origin/<main>`), and
-//! read the artifacts the current stage needs. All of it under the repo's `flock`. Deciding is
-//! `domain::gate`'s job.
+//! Gathers the facts an exit gate reads (design §3.2): fetch `main` and the task's branch into
+//! the repo clone and fast-forward a clean task worktree (under the repo's `flock`: they change
+//! the clone), then, with the lock released, pick where to look (worktree → `origin/<task
+//! branch>` → `origin/<main>`, a ref pinned to its commit) and read the artifacts the current
+//! stage needs. The supervisor and the runners, which have just pushed the branch from the
+//! worktree they read, skip the fetch (`open_pushed`). Deciding is `domain::gate`'s job.
 
 use anyhow::{Context, Result};
 
@@ -16,14 +18,14 @@ use crate::domain::release::Step;
 use crate::domain::stage::{ADR_DIR, GateKind, Stage};
 use crate::ext::git::{Git, RepoLock, RepoRef, Source};
 
-/// The git side of one evaluation: holds the repo lock until dropped, so the markers recorded
-/// for the next stage come from the same state the gate saw.
+/// The git side of one evaluation. Its source is a worktree or a commit (a ref is pinned when
+/// the view is opened), so the markers recorded for the next stage come from the same state
+/// the gate saw, without holding the repo lock while the gate reads and decides.
 pub struct GitView {
     git: Git,
     repo: RepoCfg,
     pub source: Source,
     work_item: String,
-    _lock: RepoLock,
 }
 
 impl GitView {
@@ -116,67 +118,73 @@ fn refused(e: &anyhow::Error) -> Option<String> {
         .map(|r| r.0.clone())
 }
 
-/// Lock, fetch, fast-forward, and pick the source for `task`.
+/// Lock, fetch `main` and the task's branch, fast-forward, unlock; then pick the source for
+/// `task`.
 pub fn open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
     let git = ctx.git();
     let lock = git.lock(&repo.name)?;
-    open_locked(task, repo, git, lock, true)
+    refresh(task, repo, &git, lock)?;
+    view(task, repo, git)
 }
 
 /// Like `open`, but `None` at once when the repo lock is busy (the tick skips the task for this
-/// pass instead of waiting behind a supervisor's git work), and with `fetch: false` it reads
-/// what the clone already has (the reconciler fetches each repo once per pass, not once per
-/// task).
-pub fn try_open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg, fetch: bool) -> Result<Option<GitView>> {
+/// pass instead of waiting behind a supervisor's git work).
+pub fn try_open(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
     let git = ctx.git();
-    match git.try_lock(&repo.name)? {
-        Some(lock) => open_locked(task, repo, git, lock, fetch).map(Some),
-        None => Ok(None),
-    }
+    let Some(lock) = git.try_lock(&repo.name)? else {
+        return Ok(None);
+    };
+    refresh(task, repo, &git, lock)?;
+    view(task, repo, git).map(Some)
 }
 
-fn open_locked(
-    task: &TaskRow,
-    repo: &RepoCfg,
-    git: Git,
-    lock: RepoLock,
-    fetch: bool,
-) -> Result<GitView> {
+/// The view of a caller that has just pushed the task branch from the task's worktree (the
+/// supervisor after its agent, a runner after its report): what the gate reads is that
+/// worktree, the branch on the remote is its head, and `main` was fetched before the work
+/// started. So no fetch, no fast-forward, no repo lock. Without a clone (it cannot be gone,
+/// but if it were) this is `open`.
+pub fn open_pushed(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<GitView> {
+    let git = ctx.git();
+    if !git.clone_dir(&repo.name).join(".git").exists() {
+        return open(ctx, task, repo);
+    }
+    view(task, repo, git)
+}
+
+/// Under the lock, then releasing it: the clone, the fetch of `main` and the task's branch,
+/// the fast-forward of a clean worktree.
+fn refresh(task: &TaskRow, repo: &RepoCfg, git: &Git, lock: RepoLock) -> Result<()> {
     let r = repo.git_ref();
     git.ensure_clone(&lock, &r)
         .with_context(|| format!("cloning repo `{}` from `{}`", repo.name, repo.remote))?;
-    if fetch {
-        git.fetch(&lock, &r)
-            .with_context(|| format!("fetching repo `{}`", repo.name))?;
-    }
+    git.fetch(&lock, &r, &[task.branch.as_str()])
+        .with_context(|| format!("fetching repo `{}`", repo.name))?;
     git.ff_worktree_if_clean(&lock, &r, &task.base_work_item, &task.branch)?;
-    let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
+    drop(lock);
+    Ok(())
+}
+
+/// The source of `task` (a ref pinned to its commit), read without the lock.
+fn view(task: &TaskRow, repo: &RepoCfg, git: Git) -> Result<GitView> {
+    let r = repo.git_ref();
+    let source = git.lookup_source(&r, &task.base_work_item, &task.branch)?;
+    let source = git.pin(&r, source)?;
     Ok(GitView {
         repo: repo.clone(),
         git,
         source,
         work_item: task.base_work_item.clone(),
-        _lock: lock,
     })
 }
 
-/// Like `open`, but never touches the network and never creates a clone: `None` when the repo
-/// has not been cloned yet. For read-only views (`orch task show`).
+/// Like `open`, but never touches the network, never creates a clone and takes no lock: `None`
+/// when the repo has not been cloned yet. For read-only views (`orch task show`).
 pub fn open_local(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<Option<GitView>> {
     let git = ctx.git();
     if !git.clone_dir(&repo.name).join(".git").exists() {
         return Ok(None);
     }
-    let r = repo.git_ref();
-    let lock = git.lock(&repo.name)?;
-    let source = git.lookup_source(&lock, &r, &task.base_work_item, &task.branch)?;
-    Ok(Some(GitView {
-        repo: repo.clone(),
-        git,
-        source,
-        work_item: task.base_work_item.clone(),
-        _lock: lock,
-    }))
+    view(task, repo, git).map(Some)
 }
 
 /// The facts the gate of the task's current stage reads.

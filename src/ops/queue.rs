@@ -151,6 +151,12 @@ pub struct World {
     pub serial: HashMap<String, bool>,
     /// Jobs claimed during this pass (they count as running for the concurrency rule).
     pub claimed: u32,
+    /// For each active task, the index in `active` of the nearest earlier unpaused active task
+    /// of its repo (the serial gate's `ahead`), computed once so a wait costs no scan.
+    ahead_of: HashMap<i64, Option<usize>>,
+    /// The running jobs of each task, by id.
+    running_of: HashMap<i64, Vec<i64>>,
+    running: u32,
 }
 
 impl World {
@@ -182,6 +188,29 @@ impl World {
         for (task, wi, stage) in db::misc::open_deps(c)? {
             deps.entry(task).or_default().push((wi, stage));
         }
+        // Everything `wait` looks up, once: a queue of thousands of jobs must not cost a scan
+        // of every task and job per job.
+        let mut ahead_of = HashMap::with_capacity(active.len());
+        let mut order: Vec<usize> = (0..active.len()).collect();
+        order.sort_by(|&a, &b| {
+            (&active[a].repo, active[a].id.0).cmp(&(&active[b].repo, active[b].id.0))
+        });
+        let mut last: Option<usize> = None;
+        for &i in &order {
+            let t = &active[i];
+            if last.is_some_and(|l| active[l].repo != t.repo) {
+                last = None;
+            }
+            ahead_of.insert(t.id.0, last);
+            if t.paused_at.is_none() {
+                last = Some(i);
+            }
+        }
+        let mut running_of: HashMap<i64, Vec<i64>> = HashMap::new();
+        for j in jobs.iter().filter(|j| j.status == JobStatus::Running) {
+            running_of.entry(j.task_id.0).or_default().push(j.id.0);
+        }
+        let running = running_of.values().map(Vec::len).sum::<usize>() as u32;
         Ok(World {
             now,
             max_concurrency: config.max_concurrency,
@@ -198,6 +227,9 @@ impl World {
                 .collect(),
             active,
             claimed: 0,
+            ahead_of,
+            running_of,
+            running,
         })
     }
 
@@ -209,18 +241,27 @@ impl World {
     }
 
     pub fn running(&self) -> u32 {
-        self.jobs
-            .iter()
-            .filter(|j| j.status == JobStatus::Running)
-            .count() as u32
+        self.running
+    }
+
+    /// No queued job can be claimed now, whatever its task: the breaker is open or every slot
+    /// is taken (the last two reasons of `wait_reason`, which hold for every job alike).
+    pub fn dispatch_closed(&self) -> bool {
+        let g = self.global();
+        g.breaker.is_some_and(|(until, _)| until > g.now) || g.running >= g.max_concurrency
     }
 
     /// The nearest earlier non-terminal, unpaused task of the same repo.
     fn ahead(&self, t: &TaskRow) -> Option<&TaskRow> {
-        self.active
-            .iter()
-            .filter(|o| o.repo == t.repo && o.id.0 < t.id.0 && o.paused_at.is_none())
-            .max_by_key(|o| o.id.0)
+        match self.ahead_of.get(&t.id.0) {
+            Some(i) => i.map(|i| &self.active[i]),
+            // A finished task with a job still queued: not in `active`, so look.
+            None => self
+                .active
+                .iter()
+                .filter(|o| o.repo == t.repo && o.id.0 < t.id.0 && o.paused_at.is_none())
+                .max_by_key(|o| o.id.0),
+        }
     }
 
     fn global(&self) -> Global<'_> {
@@ -278,10 +319,9 @@ impl World {
                 .find(|f| f.repo == t.repo)
                 .map(|f| (f.reason.as_str(), f.frozen_by.as_str())),
             busy_with: self
-                .jobs
-                .iter()
-                .find(|o| o.task_id == j.task_id && o.id != j.id && o.status == JobStatus::Running)
-                .map(|o| o.id.0),
+                .running_of
+                .get(&j.task_id.0)
+                .and_then(|ids| ids.iter().copied().find(|&id| id != j.id.0)),
         };
         claim::wait_reason(&facts, &self.global())
     }

@@ -214,6 +214,7 @@ pub fn approve(ctx: &Ctx, wi: &str, actor: Actor) -> Result<Gesture> {
             dry_run: false,
             actor,
             note: None,
+            pushed: false,
         },
     )?;
     let (code, message) = match rep.outcome {

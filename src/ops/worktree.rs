@@ -52,14 +52,15 @@ impl Identity {
 
 /// Make sure the task worktree exists: created on the task's first job from fresh
 /// `origin/<main>`, or checked out as it is when the remote already has the branch (design §4.4).
+/// This is the job's one fetch, of `main` and the task's branch only: the gate after the work
+/// reads without one (`gather::open_pushed`). The repo lock is held for the fetch and the
+/// worktree creation only.
 pub fn ensure(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
     let git = ctx.git();
     let lock = git.lock(&repo.name)?;
     let r = repo.git_ref();
     git.ensure_clone(&lock, &r)
         .with_context(|| format!("cloning repo `{}`", repo.name))?;
-    git.fetch(&lock, &r)
-        .with_context(|| format!("fetching repo `{}`", repo.name))?;
     git.worktree_add(&lock, &r, &task.base_work_item, &task.branch)
         .with_context(|| format!("preparing the worktree of `{}`", task.work_item))
 }
@@ -112,7 +113,8 @@ pub fn push(ctx: &Ctx, repo: &RepoCfg, task: &TaskRow, worktree: &Path) -> Resul
 
 /// Advance the task as the role that just worked `stage`, with a fresh clock and connection
 /// (the work may have taken an hour): a task that moved on meanwhile is a `stage-cas-lost`
-/// no-op, never a second transition.
+/// no-op, never a second transition. The caller has just pushed the worktree it worked in, so
+/// the gate reads it without a fetch.
 pub fn advance_as(
     ctx: &Ctx,
     task: &TaskRow,
@@ -132,6 +134,7 @@ pub fn advance_as(
             dry_run: false,
             actor,
             note,
+            pushed: true,
         },
     )
 }

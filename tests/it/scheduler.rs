@@ -130,6 +130,55 @@ fn ticks_alone_drive_a_task_to_done() {
     );
 }
 
+/// A job fetched every branch of the remote three times, twice back to back, so its cost grew
+/// with the branches (issue 13): now it fetches once, `main` and its own branch, and the gate
+/// after its push reads the worktree without another fetch.
+#[test]
+fn a_job_fetches_once_and_only_main_and_its_branch() {
+    let w = Sched::new(Cfg::default());
+    let env = [("ORCH_LOG", "info,orch=debug")];
+    // The supervisor's own advance (analysis waits for a human) is the last thing it does.
+    let advanced = |w: &Sched, wi: &str| {
+        w.show(wi)["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["actor"] == "supervisor")
+    };
+    // A first task makes the clone (of the remote's default branch only).
+    let first = w.add("Clone first", &[]);
+    git(&w.remote, &["branch", "feature/OTHER-0-before", "main"]);
+    tick_until(&w, &env, |w| advanced(w, &first), DEADLINE);
+    // Branches of other work appear on the remote: no job of another task may bring them.
+    for b in ["feature/OTHER-1-x", "feature/OTHER-2-y"] {
+        git(&w.remote, &["branch", b, "main"]);
+    }
+    let wi = w.add("Fetch little", &[]);
+    let branch = w.branch_of(&wi);
+    tick_until(&w, &env, |w| advanced(w, &wi), DEADLINE);
+    let job = w.jobs(&wi)[0].id;
+    let log = std::fs::read_to_string(w.state_dir().join(format!("logs/job-{job}.log"))).unwrap();
+    let fetches: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("running") && l.contains(" fetch "))
+        .collect();
+    assert_eq!(fetches.len(), 1, "one fetch per job:\n{log}");
+    assert!(
+        fetches[0].contains("+refs/heads/main:refs/remotes/origin/main")
+            && fetches[0].contains(&format!("+refs/heads/{branch}*:")),
+        "a fetch of main and the task branch: {}",
+        fetches[0]
+    );
+    let clone = w.state_dir().join("repos").join("shop");
+    let refs = git(&clone, &["for-each-ref", "--format=%(refname)"]);
+    assert!(!refs.contains("OTHER"), "{refs}");
+    assert!(
+        refs.lines()
+            .any(|r| r == format!("refs/remotes/origin/{branch}")),
+        "the push updated the task branch's tracking ref: {refs}"
+    );
+}
+
 #[test]
 fn request_changes_twice_still_reaches_done() {
     let w = Sched::new(Cfg::default());

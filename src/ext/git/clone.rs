@@ -2,7 +2,10 @@
 //! into place, so the final path never holds a half clone; what a crashed attempt left in `_tmp/`
 //! is removed, which is safe under the lock), `fetch`, `worktree_add`, `worktree_remove` and
 //! `ff_worktree_if_clean`. Everything here changes the clone or its worktree registry, so every
-//! method takes the [`RepoLock`].
+//! method takes the [`RepoLock`]; each does as little as it can while holding it: an existing
+//! clone whose origin is as configured costs no git process, a fetch asks for exactly `main`
+//! and the work branches the caller names (so its cost does not grow with the remote's
+//! branches), and a worktree is checked on disk, not with git.
 //!
 //! Never forceful: a directory git does not recognise as our worktree is an error, not deleted
 //! (only an empty one is removed), and a worktree with any change is never fast-forwarded.
@@ -12,7 +15,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Git, RepoLock, RepoRef, check_branch, check_wi, exists, remote_ref};
+use super::local::{self, Lookup};
+use super::{Git, RepoLock, RepoRef, check_branch, check_wi, exists, local_dirs, remote_ref};
+
+/// The fetch refspec a clone is configured with: what `git push` uses to update the
+/// remote-tracking ref of a branch it pushed, and what `worktree add --track` reads.
+const FETCH_REFSPEC: &str = "+refs/heads/*:refs/remotes/origin/*";
 
 impl Git {
     /// Make sure `<repos_dir>/<name>` is a clone of `repo.remote` with the
@@ -24,6 +32,16 @@ impl Git {
         self.check(lock, repo)?;
         let dir = self.clone_dir(repo.name);
         if exists(&dir)? {
+            // Every job comes here: a clone already set up as configured needs no git process.
+            if let Some(d) = local_dirs(&dir)?
+                && d.gitdir == dir.join(".git")
+                && d.common == d.gitdir
+                && let Some((url, fetch)) = local::origin(&d.common)?
+                && url == [repo.remote]
+                && fetch == [FETCH_REFSPEC]
+            {
+                return Ok(());
+            }
             if !self.is_clone(&dir)? {
                 bail!(
                     "{} exists but is not a git clone; move it away so it can be cloned afresh",
@@ -42,7 +60,15 @@ impl Git {
                     .with_context(|| format!("removing stale {}", tmp.display()))?;
             }
             self.git_in(&self.repos_dir)?
-                .args(["clone", "--no-checkout", "--"])
+                // The remote's default branch only, and no tags: every path fetches `main`
+                // and its own branch next, and nothing reads the rest.
+                .args([
+                    "clone",
+                    "--no-checkout",
+                    "--single-branch",
+                    "--no-tags",
+                    "--",
+                ])
                 .arg(repo.remote)
                 .arg(&tmp)
                 .checked()
@@ -61,29 +87,38 @@ impl Git {
                 "config",
                 "--replace-all",
                 "remote.origin.fetch",
-                "+refs/heads/*:refs/remotes/origin/*",
+                FETCH_REFSPEC,
             ])
             .checked()
             .with_context(|| format!("setting fetch refspec of repo {}", repo.name))?;
         Ok(())
     }
 
-    /// `git fetch --prune origin` in the clone.
-    pub fn fetch(&self, lock: &RepoLock, repo: &RepoRef<'_>) -> Result<()> {
+    /// Fetch `main` and each of `branches` (work branches) from origin into their
+    /// remote-tracking refs, and nothing else: the cost of a fetch must not grow with the
+    /// remote's branches (protocol v2 advertises only what the refspecs name). A work branch is
+    /// fetched with a pattern (`refs/heads/<branch>*`), so one the remote does not have (a task's
+    /// first job) is no error, and `--prune` removes the tracking ref of one the remote deleted.
+    /// The pattern may also bring a branch whose name extends the work branch's; it lands in
+    /// its own tracking ref, where it does no harm.
+    pub fn fetch(&self, lock: &RepoLock, repo: &RepoRef<'_>, branches: &[&str]) -> Result<()> {
         self.check(lock, repo)?;
+        for b in branches {
+            check_branch(b)?;
+        }
         let clone = self.require_clone(repo)?;
-        self.fetch_in(&clone)
+        self.fetch_in(&clone, repo.main, branches)
             .with_context(|| format!("fetching repo {}", repo.name))
     }
 
     /// The worktree of `wi` on `branch`, created if needed; returns its path.
     ///
-    /// An existing valid worktree is returned as is (even if on another
-    /// branch: logged). Otherwise the clone is fetched, then the worktree is
-    /// created on `branch`: reset to `origin/<branch>` and tracking it if the
-    /// remote has it, else cut from fresh `origin/<main>` without upstream (so
-    /// a stray plain `git push` cannot target main). A non-empty directory
-    /// that is not our worktree is an error, never deleted.
+    /// First `main` and `branch` are fetched (the job's one fetch; see `fetch`). An existing
+    /// valid worktree is then returned as is (even if on another branch: logged). Otherwise
+    /// the worktree is created on `branch`: reset to `origin/<branch>` and tracking it if the
+    /// remote has it, else cut from fresh `origin/<main>` without upstream (so a stray plain
+    /// `git push` cannot target main). A non-empty directory that is not our worktree is an
+    /// error, never deleted.
     pub fn worktree_add(
         &self,
         lock: &RepoLock,
@@ -97,6 +132,8 @@ impl Git {
         let clone = self.require_clone(repo)?;
         let dir = self.worktree_dir(repo.name, wi);
         let ctx = || format!("adding worktree for {wi} of repo {}", repo.name);
+        self.fetch_in(&clone, repo.main, &[branch])
+            .with_context(ctx)?;
 
         if exists(&dir)? {
             if self.is_worktree_of(&clone, &dir)? {
@@ -113,14 +150,6 @@ impl Git {
             }
             remove_if_empty_dir(&dir).with_context(ctx)?;
         }
-
-        // Registrations whose directories vanished would make `worktree add`
-        // refuse the path.
-        self.git_in(&clone)?
-            .args(["worktree", "prune"])
-            .checked()
-            .with_context(ctx)?;
-        self.fetch_in(&clone).with_context(ctx)?;
 
         let remote_branch = remote_ref(branch);
         let (start, track) = if self.rev_parse_commit(&clone, &remote_branch)?.is_some() {
@@ -140,12 +169,24 @@ impl Git {
         if let Some(parent) = dir.parent() {
             fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
-        self.git_in(&clone)?
-            .args(["worktree", "add", track, "-B", branch, "--"])
-            .arg(&dir)
-            .arg(&start)
-            .checked()
-            .with_context(ctx)?;
+        let add = || {
+            self.git_in(&clone)?
+                .args(["worktree", "add", "--quiet", track, "-B", branch, "--"])
+                .arg(&dir)
+                .arg(&start)
+                .checked()
+        };
+        if let Err(first) = add() {
+            // A registration whose directory vanished makes `worktree add` refuse the path:
+            // prune the stale registrations (a walk over every worktree, so not on every add)
+            // and try once more.
+            tracing::debug!("worktree add failed ({first:#}); pruning and retrying");
+            self.git_in(&clone)?
+                .args(["worktree", "prune"])
+                .checked()
+                .with_context(ctx)?;
+            add().with_context(ctx)?;
+        }
         Ok(dir)
     }
 
@@ -243,16 +284,12 @@ impl Git {
 
     /// `dir` is the top of a linked worktree of `clone` (not of some
     /// enclosing repository git found by walking up).
+    /// Read on disk (`local::is_linked_worktree_of`), without git.
     pub(super) fn is_worktree_of(&self, clone: &Path, dir: &Path) -> Result<bool> {
-        if !exists(&dir.join(".git"))? {
+        if local_dirs(dir)?.is_none() {
             return Ok(false);
         }
-        Ok(match self.repo_paths(dir)? {
-            Some((top, common)) => {
-                top == canonical(dir)? && common == canonical(&clone.join(".git"))?
-            }
-            None => false,
-        })
+        local::is_linked_worktree_of(&clone.join(".git"), dir)
     }
 }
 
@@ -278,15 +315,46 @@ fn remove_if_empty_dir(dir: &Path) -> Result<()> {
 }
 
 impl Git {
-    fn fetch_in(&self, clone: &Path) -> Result<()> {
-        self.git_in(clone)?
-            .args(["fetch", "--prune", "--quiet", "origin"])
-            .checked()?;
+    /// `git fetch --prune --no-tags origin <main> <branch>*…`: see `fetch` (tags would make the
+    /// remote advertise every tag it has). No FETCH_HEAD is written and
+    /// no maintenance runs (a `gc --auto` would hold the repo lock for seconds; the commits in
+    /// the worktrees run it, outside the lock). The negotiation starts only from the tracking
+    /// refs of what is fetched, never from every ref of the clone.
+    fn fetch_in(&self, clone: &Path, main: &str, branches: &[&str]) -> Result<()> {
+        let mut cmd = self.git_in(clone)?.args([
+            "fetch",
+            "--prune",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-maintenance",
+        ]);
+        let dirs = local::dirs_of(clone)?;
+        for name in std::iter::once(main).chain(branches.iter().copied()) {
+            let tip = remote_ref(name);
+            if let Some(d) = &dirs
+                && let Lookup::Found(_) = local::resolve(d, &tip)?
+            {
+                cmd = cmd.arg(format!("--negotiation-tip={tip}"));
+            }
+        }
+        cmd = cmd
+            .arg("origin")
+            .arg(format!("+refs/heads/{main}:{}", remote_ref(main)));
+        for b in branches {
+            cmd = cmd.arg(format!("+refs/heads/{b}*:{}*", remote_ref(b)));
+        }
+        cmd.checked()?;
         Ok(())
     }
 
     /// The branch checked out in `dir`, `None` when HEAD is detached.
     pub(super) fn current_branch(&self, dir: &Path) -> Result<Option<String>> {
+        if let Some(d) = local_dirs(dir)?
+            && let Lookup::Found(b) = local::head_branch(&d)?
+        {
+            return Ok(b);
+        }
         let cmd = self.git_in(dir)?.args(["symbolic-ref", "--quiet", "HEAD"]);
         let out = cmd.output()?;
         match out.code {

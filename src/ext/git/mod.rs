@@ -27,17 +27,18 @@
 //! deleting directories git does not recognise as our worktrees, never
 //! touching a dirty worktree.
 //!
-//! Concurrency: methods that change the clone or its worktree registry take
-//! a [`RepoLock`] as proof that the caller holds the repo's lock. Reads
-//! (`read_file`, `list_dir`, `head`, `has_code_change`, `blob_id`) and the
-//! worktree-local `commit_all`/`push_branch` take none: git's object and ref
-//! reads are safe alongside a fetch.
+//! Concurrency: methods that change the clone or its worktree registry (clone, fetch, worktree
+//! add/remove, the fast-forward) take a [`RepoLock`] as proof that the caller holds the repo's
+//! lock, and do only that under it. Reads (`lookup_source`, `read_file`, `list_dir`, `head`,
+//! `has_code_change`, `blob_id`) and the worktree-local `commit_all`/`push_branch` take none:
+//! git's object and ref reads are safe alongside a fetch, and a worktree is read on disk.
 //!
 //! Files: this one holds the types, the repo lock, the hardened command builder (`git_in`, with
 //! `FORCED_CONFIG` and `SCRUBBED_ENV`) and the argument checks every call makes before a value
-//! becomes a path or an argument; `clone.rs` the clone and its worktrees, `read.rs` files and
-//! commit facts, `write.rs` commits, `remote.rs` pushes, deletes and questions to the remote
-//! (`ls_remote` among them).
+//! becomes a path or an argument; `local.rs` what is read on disk without running git (refs,
+//! `HEAD`, worktree checks, blob ids); `clone.rs` the clone and its worktrees, `read.rs` files
+//! and commit facts, `write.rs` commits, `remote.rs` pushes, deletes and questions to the
+//! remote (`ls_remote` among them).
 
 use std::fs;
 use std::io::ErrorKind;
@@ -53,6 +54,7 @@ use crate::ext::lock::FileLock;
 use crate::ext::proc::Cmd;
 
 mod clone;
+mod local;
 mod merge;
 mod read;
 
@@ -372,37 +374,26 @@ impl Git {
     }
 }
 
-/// The largest config file read before a git command: a repository's config is a few lines.
-const MAX_CONFIG: u64 = 1 << 20;
+/// The dirs of the repository at `dir` for a read done here without git (`local`), after the
+/// same refusal a git command gets (`check_config`): a repository whose config would make git
+/// run a program is refused by every read, so the refusal surfaces at once whoever reads.
+fn local_dirs(dir: &Path) -> Result<Option<local::Dirs>> {
+    check_config(dir)?;
+    local::dirs_of(dir)
+}
 
 /// Refuse a repository whose config (`config`, `config.worktree` of the common and of the
 /// worktree's git dir, found the way git finds them from `dir`) sets a key that makes git run a
 /// program (design §9.3, `domain::gitconfig`). A directory that is not a repository (where a
 /// clone starts) has no config to check.
 fn check_config(dir: &Path) -> Result<()> {
-    let dot = dir.join(".git");
-    let gitdir = match fs::symlink_metadata(&dot) {
-        Ok(m) if m.is_dir() => dot,
-        Ok(m) if m.is_file() => {
-            let text = read_small(&dot)?;
-            let target = text
-                .trim_end_matches(['\n', '\r'])
-                .strip_prefix("gitdir: ")
-                .with_context(|| format!("`{}` is not a `gitdir:` file", dot.display()))?;
-            dir.join(target)
-        }
-        Ok(_) => bail!("`{}` is neither a directory nor a file", dot.display()),
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("inspecting {}", dot.display())),
-    };
-    let common = match read_optional(&gitdir.join("commondir"))? {
-        Some(rel) => gitdir.join(rel.trim_end_matches(['\n', '\r'])),
-        None => gitdir.clone(),
+    let Some(local::Dirs { gitdir, common }) = local::dirs_of(dir)? else {
+        return Ok(());
     };
     let main_config = common.join("config");
     let mut files = vec![main_config.clone()];
     // Git reads `config.worktree` only when the main config turns the extension on.
-    let worktree_config = read_optional(&main_config)?
+    let worktree_config = local::read_optional(&main_config)?
         .and_then(|t| crate::domain::gitconfig::keys(&t).ok())
         .is_some_and(|keys| {
             keys.iter()
@@ -415,7 +406,7 @@ fn check_config(dir: &Path) -> Result<()> {
         }
     }
     for f in files {
-        let Some(text) = read_optional(&f)? else {
+        let Some(text) = local::read_optional(&f)? else {
             continue;
         };
         let denied = crate::domain::gitconfig::denied(&text).map_err(|e| {
@@ -442,27 +433,6 @@ fn check_config(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn read_small(path: &Path) -> Result<String> {
-    use std::io::Read;
-    let f = fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut text = String::new();
-    f.take(MAX_CONFIG + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("reading {} (not UTF-8?)", path.display()))?;
-    if text.len() as u64 > MAX_CONFIG {
-        bail!("{} is larger than {MAX_CONFIG} bytes", path.display());
-    }
-    Ok(text)
-}
-
-fn read_optional(path: &Path) -> Result<Option<String>> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("inspecting {}", path.display())),
-        Ok(_) => read_small(path).map(Some),
-    }
 }
 
 /// Default of `git.timeout_s`.

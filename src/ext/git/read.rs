@@ -1,9 +1,11 @@
-//! Reads: which source holds a work item's state (`lookup_source`, under the lock, because it
-//! looks at the worktree registry), and, without a lock (git's object and ref reads are safe
-//! alongside a fetch), a file and its blob id, a directory listing, a source's head and whether
+//! Reads, all without the repo lock (git's object and ref reads are safe alongside a fetch, and
+//! a worktree is looked at on disk): which source holds a work item's state (`lookup_source`),
+//! the commit a ref source is at (`pin`, so one evaluation reads one commit whatever a fetch
+//! does meanwhile), a file and its blob id, a directory listing, a source's head and whether
 //! it has commits that change code. A ref is read with one `cat-file` or `ls-tree`; a worktree
 //! is read from disk without following symlinks, so an agent's worktree cannot make us read
-//! outside it. Also the rev-parse and ancestry helpers the clone code shares.
+//! outside it, and its blob ids are hashed here. Also the rev-parse and ancestry helpers the
+//! clone code shares.
 
 use std::fs;
 use std::io::ErrorKind;
@@ -11,23 +13,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use super::local::{self, Lookup};
 use super::{
-    Blob, Git, MAX_FILE, Refused, RepoLock, RepoRef, Source, check_branch, check_repo, check_wi,
-    exists, rel_parts, remote_ref, rev_arg,
+    Blob, Git, MAX_FILE, Refused, RepoRef, Source, check_branch, check_repo, check_wi, exists,
+    local_dirs, rel_parts, remote_ref, rev_arg,
 };
 
 impl Git {
     /// Where the current state of `wi` lives: its worktree if there is one,
     /// else `origin/<branch>` if the remote has it (as of the last fetch),
     /// else `origin/<main>`.
-    pub fn lookup_source(
-        &self,
-        lock: &RepoLock,
-        repo: &RepoRef<'_>,
-        wi: &str,
-        branch: &str,
-    ) -> Result<Source> {
-        self.check(lock, repo)?;
+    pub fn lookup_source(&self, repo: &RepoRef<'_>, wi: &str, branch: &str) -> Result<Source> {
+        check_repo(repo)?;
         check_wi(wi)?;
         check_branch(branch)?;
         let clone = self.require_clone(repo)?;
@@ -42,6 +39,19 @@ impl Git {
             return Ok(Source::Ref(format!("origin/{branch}")));
         }
         Ok(Source::Ref(format!("origin/{}", repo.main)))
+    }
+
+    /// `source` with a ref replaced by the commit it is at now (a worktree stays as it is), so
+    /// later reads see that commit even if a fetch moves the ref meanwhile. A ref that names
+    /// nothing stays as it is (its reads answer as before).
+    pub fn pin(&self, repo: &RepoRef<'_>, source: Source) -> Result<Source> {
+        Ok(match &source {
+            Source::Worktree(_) => source,
+            Source::Ref(_) => match self.head(repo, &source)? {
+                Some(sha) => Source::Ref(sha),
+                None => source,
+            },
+        })
     }
 
     /// The file at `relpath` in `source`, `None` if there is none.
@@ -412,7 +422,18 @@ struct Object {
 
 impl Git {
     /// The commit `rev` names in the repo at `dir`, `None` if it names none.
+    /// `HEAD` and full ref names are read on disk when the repository lets this be done with
+    /// certainty (`local::resolve`), else git answers.
     pub(super) fn rev_parse_commit(&self, dir: &Path, rev: &str) -> Result<Option<String>> {
+        if (rev == "HEAD" || rev.starts_with("refs/"))
+            && let Some(d) = local_dirs(dir)?
+        {
+            match local::resolve(&d, rev)? {
+                Lookup::Found(id) => return Ok(Some(id)),
+                Lookup::Missing => return Ok(None),
+                Lookup::Unknown => {}
+            }
+        }
         let cmd = self
             .git_in(dir)?
             .args(["rev-parse", "--verify", "--quiet"])
@@ -446,8 +467,14 @@ impl Git {
         }
     }
 
-    /// Blob id of `bytes` in the object format of the repo at `dir`.
+    /// Blob id of `bytes` in the object format of the repo at `dir`: hashed here, unless the
+    /// format cannot be read with certainty.
     fn hash_blob(&self, dir: &Path, bytes: &[u8]) -> Result<String> {
+        if let Some(d) = local_dirs(dir)?
+            && let Lookup::Found(format) = local::object_format(&d.common)?
+        {
+            return Ok(local::blob_id(format, bytes));
+        }
         let out = self
             .git_in(dir)?
             .args(["hash-object", "--no-filters", "--stdin"])

@@ -219,8 +219,101 @@ fn fetch_sees_new_remote_commits() {
     let lock = fx.locked();
     fx.write("src/new.rs", "x\n");
     let sha = fx.commit_push("main", "more");
-    fx.git.fetch(&lock, &fx.repo()).unwrap();
+    fx.git.fetch(&lock, &fx.repo(), &[]).unwrap();
     assert_eq!(fx.git.head(&fx.repo(), &origin("main")).unwrap(), Some(sha));
+}
+
+/// The fetch of every job once grew with the remote's branches (all of them, every time): it
+/// now brings `main` and the branches it is asked for, and prunes those alone.
+#[test]
+fn a_fetch_brings_main_and_the_named_branches_only() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    for b in ["feature/X-1-a", "feature/X-2-b"] {
+        fx.write(&format!("src/{}.rs", &b[8..]), "x\n");
+        fx.commit_push(b, b);
+    }
+    fx.write("src/main.rs", "m\n");
+    let main = fx.commit_push("main", "main moves");
+    // A branch the remote does not have yet (a task's first job) is no error.
+    fx.git
+        .fetch(&lock, &repo, &["feature/X-1-a", "feature/X-3-new"])
+        .unwrap();
+    let head = |b: &str| fx.git.head(&repo, &origin(b)).unwrap();
+    assert_eq!(head("main"), Some(main));
+    assert!(head("feature/X-1-a").is_some());
+    assert_eq!(head("feature/X-2-b"), None, "a branch nobody asked for");
+    assert_eq!(head("feature/X-3-new"), None);
+    // Deleted on the remote: its tracking ref goes with the next fetch of it.
+    run(
+        &fx.seed,
+        &["push", "--quiet", "origin", "--delete", "feature/X-1-a"],
+    );
+    fx.git.fetch(&lock, &repo, &["feature/X-1-a"]).unwrap();
+    assert_eq!(head("feature/X-1-a"), None);
+}
+
+/// What is read on disk (refs, `HEAD`, blob ids, worktree checks) answers as git does.
+#[test]
+fn reads_on_disk_agree_with_git() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let branch = "feature/X-5-disk";
+    let wt = fx.git.worktree_add(&lock, &repo, "X-5", branch).unwrap();
+    assert!(fx.git.is_worktree_of(&fx.clone(), &wt).unwrap());
+    assert!(!fx.git.is_worktree_of(&fx.clone(), &fx.clone()).unwrap());
+    assert_eq!(fx.git.current_branch(&wt).unwrap().as_deref(), Some(branch));
+    write_in(
+        &wt,
+        "docs/work-items/X-5/12-review.md",
+        "---\nverdict: APPROVED\n---\n",
+    );
+    let source = Source::Worktree(wt.clone());
+    let blob = fx
+        .git
+        .read_file(&repo, &source, "docs/work-items/X-5/12-review.md")
+        .unwrap()
+        .unwrap();
+    let by_git = run(
+        &wt,
+        &[
+            "hash-object",
+            "--no-filters",
+            "docs/work-items/X-5/12-review.md",
+        ],
+    );
+    assert_eq!(blob.id, by_git);
+    let sha = fx
+        .git
+        .commit_all(&wt, "x", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    assert_eq!(fx.git.head(&repo, &source).unwrap(), Some(sha.clone()));
+    fx.git.push_branch(&repo, &wt, branch).unwrap();
+    // The push moved the tracking ref; packed or loose, it reads the same.
+    assert_eq!(
+        fx.git.head(&repo, &origin(branch)).unwrap(),
+        Some(sha.clone())
+    );
+    run(&fx.clone(), &["pack-refs", "--all"]);
+    assert_eq!(
+        fx.git.head(&repo, &origin(branch)).unwrap(),
+        Some(sha.clone())
+    );
+    assert_eq!(
+        fx.git.pin(&repo, origin(branch)).unwrap(),
+        Source::Ref(sha.clone())
+    );
+    assert_eq!(
+        fx.git
+            .read_file(&repo, &Source::Ref(sha), "docs/work-items/X-5/12-review.md")
+            .unwrap()
+            .unwrap()
+            .id,
+        blob.id
+    );
 }
 
 #[test]
@@ -328,29 +421,29 @@ fn lookup_order_is_worktree_then_remote_branch_then_main() {
     let repo = fx.repo();
     let branch = "feature/X-4";
     assert_eq!(
-        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        fx.git.lookup_source(&repo, "X-4", branch).unwrap(),
         origin("main")
     );
 
     fx.seed_branch(branch, "origin/main");
     fx.write("src/x4.rs", "x\n");
     fx.commit_push(branch, "x4");
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[branch]).unwrap();
     assert_eq!(
-        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        fx.git.lookup_source(&repo, "X-4", branch).unwrap(),
         origin(branch)
     );
 
     let wt = fx.git.worktree_add(&lock, &repo, "X-4", branch).unwrap();
     assert_eq!(
-        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        fx.git.lookup_source(&repo, "X-4", branch).unwrap(),
         Source::Worktree(wt.clone())
     );
 
     fx.git.worktree_remove(&lock, &repo, "X-4").unwrap();
     assert!(!wt.exists());
     assert_eq!(
-        fx.git.lookup_source(&lock, &repo, "X-4", branch).unwrap(),
+        fx.git.lookup_source(&repo, "X-4", branch).unwrap(),
         origin(branch)
     );
     // Idempotent, and the registration is gone so the path can be reused.
@@ -535,7 +628,7 @@ fn fifos_devices_and_huge_files_are_refused_without_blocking() {
     std::fs::remove_file(wt.join("fifo.md")).unwrap();
     fx.git.commit_all(&wt, "big", ID_NAME, ID_EMAIL).unwrap();
     fx.git.push_branch(&repo, &wt, "feature/X-9").unwrap();
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &["feature/X-9"]).unwrap();
     let via_ref = Source::Ref("origin/feature/X-9".into());
     let e = fx.git.read_file(&repo, &via_ref, "big.md").unwrap_err();
     assert!(
@@ -587,7 +680,7 @@ fn symlinks_are_read_as_git_stores_them_not_followed() {
         .unwrap()
         .unwrap();
     fx.git.push_branch(&repo, &wt, branch).unwrap();
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[branch]).unwrap();
     let via_ref = fx
         .git
         .read_file(&repo, &origin(branch), "link.md")
@@ -659,7 +752,7 @@ fn ff_moves_a_clean_worktree_and_leaves_a_dirty_one_alone() {
     // Clean and behind: moves.
     fx.write("src/b.rs", "b\n");
     let b = fx.commit_push(branch, "b");
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[branch]).unwrap();
     assert!(
         fx.git
             .ff_worktree_if_clean(&lock, &repo, "X-11", branch)
@@ -676,7 +769,7 @@ fn ff_moves_a_clean_worktree_and_leaves_a_dirty_one_alone() {
     // Dirty (untracked file) and behind: untouched.
     fx.write("src/c.rs", "c\n");
     fx.commit_push(branch, "c");
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[branch]).unwrap();
     write_in(&wt, "notes.txt", "agent scratch\n");
     assert!(
         !fx.git
@@ -771,7 +864,7 @@ fn has_code_change_ignores_docs_only_commits_and_honours_since() {
     let main = run(&wt, &["rev-parse", "refs/remotes/origin/main"]);
     fx.write("src/main-only.rs", "m\n");
     let newer_main = fx.commit_push("main", "main moves");
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[]).unwrap();
     assert!(check(Some(&newer_main)));
     // Excluding nothing, the docs commit alone counts too.
     assert!(
@@ -805,7 +898,7 @@ fn has_code_change_ignores_docs_only_commits_and_honours_since() {
 
     // Same answer through the pushed ref.
     fx.git.push_branch(&repo, &wt, branch).unwrap();
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[branch]).unwrap();
     let via_ref = origin(branch);
     assert!(
         fx.git
@@ -926,7 +1019,7 @@ fn push_failure_names_the_command_and_git_stderr() {
     fx.seed_branch(branch, "origin/main");
     fx.write("src/remote.rs", "r\n");
     fx.commit_push(branch, "remote side");
-    fx.git.fetch(&lock, &repo).unwrap();
+    fx.git.fetch(&lock, &repo, &[branch]).unwrap();
     // A worktree cut from main, diverging from the remote branch.
     let wt = fx
         .git
@@ -1089,7 +1182,7 @@ fn executing_config_written_into_a_worktree_is_refused_and_never_run() {
             fx.git.commit_all(&wt, "x", ID_NAME, ID_EMAIL).is_err(),
             "{key}"
         );
-        assert!(fx.git.fetch(&lock, &fx.repo()).is_err(), "{key}");
+        assert!(fx.git.fetch(&lock, &fx.repo(), &[]).is_err(), "{key}");
         assert!(!marker.exists(), "{key} ran its program");
     }
     // A worktree whose `.git` file points at a git dir the agent wrote is read the same way.

@@ -143,6 +143,7 @@ fn status(
                 dry_run: false,
                 actor: Actor::Webhook,
                 note: Some(format!("ci status `{context}` {}", state.as_str())),
+                pushed: false,
             },
         )?;
         notes.push(format!(
@@ -242,6 +243,7 @@ fn merged(
                 dry_run: false,
                 actor: Actor::Webhook,
                 note: Some("pull request merged".into()),
+                pushed: false,
             },
         )?;
         reason.push_str(&format!(

@@ -176,7 +176,7 @@ fn merge_gate(rel: &Rel<'_>, wt: &Path) -> Result<Gate> {
     let r = rel.repo.git_ref();
     {
         let lock = git.lock(&rel.repo.name)?;
-        git.fetch(&lock, &r)?;
+        git.fetch(&lock, &r, &[rel.task.branch.as_str()])?;
     }
     let main = format!("origin/{}", rel.repo.main);
     let base = git.rev_parse(wt, &main)?;

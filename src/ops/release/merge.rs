@@ -53,7 +53,7 @@ pub(super) fn run(rel: &Rel<'_>) -> Result<Ending> {
     let git = ctx.git();
     let r = rel.repo.git_ref();
     let lock = git.lock(&rel.repo.name)?;
-    git.fetch(&lock, &r)?;
+    git.fetch(&lock, &r, &[rel.task.branch.as_str()])?;
     let clone = git.clone_dir(&rel.repo.name);
     let main_ref = format!("origin/{}", rel.repo.main);
     let branch_ref = format!("origin/{}", rel.task.branch);
@@ -136,7 +136,7 @@ pub(super) fn run(rel: &Rel<'_>) -> Result<Ending> {
         failpoint::hit("release.after-merge");
     }
     // The proof, after a fresh fetch.
-    git.fetch(&lock, &r)?;
+    git.fetch(&lock, &r, &[rel.task.branch.as_str()])?;
     let main = git.rev_parse(&clone, &main_ref)?;
     let validated_in_main = git.in_history(&clone, &validated, &main_ref)?;
     let tree_matches = match (&merged_commit, squash) {

@@ -129,6 +129,7 @@ fn advance_after(ctx: &Ctx, wi: &str, j: &JobRow) {
         dry_run: false,
         actor: Actor::Tick,
         note: None,
+        pushed: false,
     };
     if let Err(e) = advance::advance(ctx, &req) {
         warn!("advance after reaping job {} failed: {e:#}", j.id.0);

@@ -3,7 +3,8 @@
 //! webhook, a supervisor that died between its work and its advance), give the role a second
 //! run when its job ended without its work (then hold), apply a cancel requested during an
 //! irreversible step, cancel queued jobs of finished tasks, and alert once on a task that sits
-//! in one stage too long. Each task is one isolated row, and each repo is fetched once a pass.
+//! in one stage too long. Each task is one isolated row; a candidate's gate fetches `main` and its
+//! own branch only, so a pass costs what its candidates cost, whatever the remote holds.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -147,8 +148,13 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
             p.isolate(&format!("cancel job {}", job.0), r);
         }
     }
+    // The active tasks own their worktrees: one query, not one lookup per worktree.
+    let active: HashSet<(String, String)> = db::tasks::active(c)?
+        .into_iter()
+        .map(|t| (t.repo, t.work_item))
+        .collect();
     for repo in &ctx.config.repos {
-        let r = sweep_worktrees(ctx, p.plan, repo);
+        let r = sweep_worktrees(ctx, p.plan, repo, &active);
         if let Some(lines) = p.isolate(&format!("worktrees of {}", repo.name), r) {
             for l in lines {
                 p.act(l);
@@ -156,9 +162,8 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
         }
     }
     let live = db::jobs::live(c)?;
-    let mut fetched: HashSet<String> = HashSet::new();
     for t in db::tasks::active(c)? {
-        let r = reconcile_one(ctx, p.plan, &t, &live, &mut fetched);
+        let r = reconcile_one(ctx, p.plan, &t, &live);
         if let Some(Some(line)) = p.isolate(&format!("reconcile {}", t.work_item), r) {
             p.act_with(super::pass::Action::new(line).task(&t.work_item));
             p.rep.reconciled += 1;
@@ -172,13 +177,7 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
 }
 
 /// Reconcile one task; the line to report when something was done (or, planning, would be).
-fn reconcile_one(
-    ctx: &Ctx,
-    plan: bool,
-    t: &TaskRow,
-    live: &[JobRow],
-    fetched: &mut HashSet<String>,
-) -> Result<Option<String>> {
+fn reconcile_one(ctx: &Ctx, plan: bool, t: &TaskRow, live: &[JobRow]) -> Result<Option<String>> {
     if t.cancel_requested_at.is_some() {
         return requested_cancel(ctx, plan, t);
     }
@@ -209,9 +208,8 @@ fn reconcile_one(
     let Some(repo) = ctx.config.repo(&t.repo) else {
         return Ok(None);
     };
-    let fetch = fetched.insert(repo.name.clone());
     // Someone is working the repo right now: look again next pass.
-    let Some(view) = gather::try_open(ctx, t, repo, fetch)? else {
+    let Some(view) = gather::try_open(ctx, t, repo)? else {
         return Ok(None);
     };
     let verdict = gate::evaluate(t.stage, &gather::facts(ctx, t, repo, &view)?);
@@ -258,6 +256,7 @@ fn reconcile_one(
         dry_run: false,
         actor: Actor::Reconciler,
         note: None,
+        pushed: false,
     };
     advance::advance(ctx, &req)?;
     Ok(Some(line))
@@ -265,7 +264,12 @@ fn reconcile_one(
 
 /// Remove the worktrees of cancelled tasks (and of no task): a cancel removes its worktree at
 /// once, but one that died before doing so leaves it behind. Skipped while the repo is busy.
-fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>> {
+fn sweep_worktrees(
+    ctx: &Ctx,
+    plan: bool,
+    repo: &RepoCfg,
+    active: &HashSet<(String, String)>,
+) -> Result<Vec<String>> {
     let git = ctx.git();
     let dir = git.repos_dir().join("_wt").join(&repo.name);
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -277,6 +281,9 @@ fn sweep_worktrees(ctx: &Ctx, plan: bool, repo: &RepoCfg) -> Result<Vec<String>>
         let Ok(wi) = WorkItem::parse(&name) else {
             continue;
         };
+        if active.contains(&(repo.name.clone(), name.clone())) {
+            continue;
+        }
         let owner = db::tasks::find(ctx.db.conn(), &TaskRef::WorkItem(wi))?;
         // A merged task's work is in main (design §7.2): its worktree goes too.
         let merged = |t: &TaskRow| {
