@@ -174,8 +174,8 @@ make_state() {
             echo "    remote: /nonexistent/r$i.git"
         done
     } >"$dir/orch.yaml"
-    "$ORCH" --config "$dir/orch.yaml" task list >/dev/null \
-        || die "$name: \`orch task list\` on a new state dir failed"
+    "$ORCH" --config "$dir/orch.yaml" tick >/dev/null \
+        || die "$name: \`orch tick\` on a new state dir failed"
     [[ -f "$dir/orch.db" ]] || die "$name: orch did not create $dir/orch.db"
     python3 "$GEN" --db "$dir/orch.db" --preset "$name" --meta "$dir/meta.json" \
         || die "$name: generating the data failed"

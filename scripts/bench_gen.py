@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fill an orch state database with a synthetic history for `scripts/bench-queue.sh`.
 
-The database must already exist and be migrated by orch itself (`orch task list` once), so the
+The database must already exist and be migrated by orch itself (`orch tick` once), so the
 schema and `PRAGMA user_version` are orch's own; this script only INSERTs, in one transaction.
 Python standard library only (sqlite3).
 

@@ -263,7 +263,8 @@ def part_a(a):
         code, stdout, _ = run_capture([orch, "--config", cfg, "tick", "--json"])
         if code != 0:
             fail(f"{name}: the settling `orch tick --json` exited {code}\n{stdout}")
-        settled = json.loads(stdout)["actions"]
+        settled = [a["text"] if isinstance(a, dict) else a
+                   for a in json.loads(stdout)["actions"]]
         print(f"    settling tick: {len(settled)} actions ("
               f"{sum(a.startswith('cancel job') for a in settled)} queued jobs of finished "
               f"tasks cancelled, {sum(a.startswith('alert:') for a in settled)} stage-age "
@@ -799,6 +800,8 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
                 tick_trouble.append(f"tick #{len(ticks)} stderr: {line.strip()[:300]}")
         if rep:
             for act in rep.get("actions", []):
+                # An action is an object with the printed line in `text` (docs/json.md).
+                act = act.get("text", "") if isinstance(act, dict) else act
                 m = re.match(r"launch job (\d+) \(attempt (\d+)\)", act)
                 if m and m.group(2) != "1":
                     tick_trouble.append(f"tick #{len(ticks)} relaunched: {act}")
