@@ -1,5 +1,7 @@
 //! Small tables: repo freezes, task dependencies, the dispatch breaker and recorded CI status.
 
+use std::collections::HashSet;
+
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -118,13 +120,19 @@ pub fn journal(
     Ok(())
 }
 
-/// Whether the journal has a `kind` row for `task` written at or after `since`.
-pub fn journaled_since(c: &Connection, task: TaskId, kind: &str, since: Ts) -> Result<bool> {
-    Ok(c.query_row(
-        "SELECT EXISTS (SELECT 1 FROM lessons WHERE task_id = ?1 AND kind = ?2 AND at >= ?3)",
-        params![task.0, kind, since],
-        |r| r.get(0),
-    )?)
+/// The active tasks whose journal has a `kind` row written since they entered their current
+/// stage: one query for the whole pass (it reads the active tasks, then each one's rows of that
+/// kind through `lessons_task`), not one per task.
+pub fn journaled_in_stage(c: &Connection, kind: &str) -> Result<HashSet<TaskId>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT DISTINCT t.id FROM tasks t JOIN lessons l \
+         ON l.task_id = t.id AND l.kind = ?1 AND l.at >= t.stage_entered_at \
+         WHERE t.stage NOT IN ('done', 'cancelled')",
+    )?;
+    let ids = stmt
+        .query_map([kind], |r| r.get(0).map(TaskId))?
+        .collect::<rusqlite::Result<HashSet<_>>>()?;
+    Ok(ids)
 }
 
 /// Open (or extend) the dispatch breaker until `until`.

@@ -72,3 +72,36 @@ fn serve_logs_one_line_per_request_by_default() {
     );
     assert!(!line.contains('\u{1b}'), "{line:?}");
 }
+
+/// A task that sits in its stage past `scheduler.stage_alert_after_s` is alerted once per
+/// visit: the second tick repeats nothing, a new visit (a later stage entry) alerts again.
+#[test]
+fn a_task_past_its_stage_age_is_alerted_once_per_visit() {
+    let w = World::new();
+    w.append_config("scheduler:\n  stage_alert_after_s: 1\n");
+    let wi = w.add("Slow", &[]);
+    // Dispatch closed: the task waits in analysis with its job queued, not paused or held.
+    w.sql(&format!(
+        "INSERT INTO breaker (id, open_until, reason) VALUES (1, {}, 'test')",
+        crate::support::now() + 3600
+    ));
+    let alerts = |r: &crate::support::Run| {
+        r.stdout
+            .lines()
+            .filter(|l| l.contains("alert:") && l.contains(&format!("`{wi}` has been in")))
+            .count()
+    };
+    let journaled = || w.sql("SELECT count(*) FROM lessons WHERE kind = 'stage-age'");
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = w.ok(&["tick"], 0);
+    assert_eq!(alerts(&r), 1, "{r:?}");
+    let r = w.ok(&["tick"], 0);
+    assert_eq!(alerts(&r), 0, "{r:?}");
+    assert_eq!(journaled(), "1");
+    // A new visit of the stage, entered after that alert.
+    w.sql("UPDATE tasks SET stage_entered_at = (SELECT max(at) FROM lessons) + 1");
+    std::thread::sleep(Duration::from_millis(3100));
+    let r = w.ok(&["tick"], 0);
+    assert_eq!(alerts(&r), 1, "{r:?}");
+    assert_eq!(journaled(), "2");
+}

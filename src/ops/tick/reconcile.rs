@@ -149,9 +149,10 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
         }
     }
     // The active tasks own their worktrees: one query, not one lookup per worktree.
-    let active: HashSet<(String, String)> = db::tasks::active(c)?
-        .into_iter()
-        .map(|t| (t.repo, t.work_item))
+    let tasks = db::tasks::active(c)?;
+    let active: HashSet<(String, String)> = tasks
+        .iter()
+        .map(|t| (t.repo.clone(), t.work_item.clone()))
         .collect();
     for repo in &ctx.config.repos {
         let r = sweep_worktrees(ctx, p.plan, repo, &active);
@@ -162,13 +163,14 @@ pub(super) fn reconcile(p: &mut Pass<'_>) -> Result<()> {
         }
     }
     let live = db::jobs::live(c)?;
-    for t in db::tasks::active(c)? {
+    let alerted = db::misc::journaled_in_stage(c, "stage-age")?;
+    for t in tasks {
         let r = reconcile_one(ctx, p.plan, &t, &live);
         if let Some(Some(line)) = p.isolate(&format!("reconcile {}", t.work_item), r) {
             p.act_with(super::pass::Action::new(line).task(&t.work_item));
             p.rep.reconciled += 1;
         }
-        let r = stage_age(ctx, p.plan, &t);
+        let r = stage_age(ctx, p.plan, &t, alerted.contains(&t.id));
         if let Some(Some(line)) = p.isolate(&format!("stage age of {}", t.work_item), r) {
             p.act_with(super::pass::Action::new(line).task(&t.work_item));
         }
@@ -337,8 +339,9 @@ fn requested_cancel(ctx: &Ctx, plan: bool, t: &TaskRow) -> Result<Option<String>
 }
 
 /// One alert per visit when a task sits in its stage past `scheduler.stage_alert_after_s`
-/// (not paused, held or blocked: those said so already).
-fn stage_age(ctx: &Ctx, plan: bool, t: &TaskRow) -> Result<Option<String>> {
+/// (not paused, held or blocked: those said so already); `alerted`: this visit's alert is in
+/// the journal already.
+fn stage_age(ctx: &Ctx, plan: bool, t: &TaskRow, alerted: bool) -> Result<Option<String>> {
     let limit = ctx.config.scheduler.stage_alert_after_s as i64;
     let age = ctx.now - t.stage_entered_at;
     if limit == 0
@@ -346,7 +349,7 @@ fn stage_age(ctx: &Ctx, plan: bool, t: &TaskRow) -> Result<Option<String>> {
         || t.paused_at.is_some()
         || t.held_at.is_some()
         || t.blocked_at.is_some()
-        || db::misc::journaled_since(ctx.db.conn(), t.id, "stage-age", t.stage_entered_at)?
+        || alerted
     {
         return Ok(None);
     }
