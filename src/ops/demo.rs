@@ -1,6 +1,8 @@
 //! `orch demo`: builds a throwaway world — a bare git remote holding a tiny project, a config
 //! whose agent is orch's own compiled-in copy of the stub agent, a repo with the `auto-approve`
-//! label — adds one task, and drives it with real `orch tick` processes until it is `done`.
+//! label that opts in to the secret scan and the git merge (design §7) — adds one task, and
+//! drives it with real `orch tick` processes until it is `done`, its work merged into the
+//! remote's `main`.
 //! Nothing here reaches the network: the remote is a local path.
 
 use std::path::{Path, PathBuf};
@@ -90,7 +92,7 @@ repos_dir: state/repos\n\
 max_concurrency: 2\n\
 agent:\n  argv: [{stub:?}, \"--print\", \"--output-format\", \"json\", \"--system-prompt-file\", \"{{prompt_file}}\"]\n  inactivity_timeout_s: 120\n  roles:\n    developer: {{ timeout_s: 300 }}\n  sandbox_readable: [{stub:?}]\n  sandbox_writable: [{stub_state:?}]\n\
 scheduler:\n  reconcile_grace_s: 2\n\
-repos:\n  - name: demo\n    remote: {remote:?}\n    main: main\n    prefix: DEMO\n    serial_gate: true\n    default_labels: [auto-approve]\n    ci: {{ mode: none }}\n    tests: {{ argv: [\"sh\", \"test.sh\"], timeout_s: 120 }}\n",
+repos:\n  - name: demo\n    remote: {remote:?}\n    main: main\n    prefix: DEMO\n    serial_gate: true\n    default_labels: [auto-approve]\n    ci: {{ mode: none }}\n    tests: {{ argv: [\"sh\", \"test.sh\"], timeout_s: 120 }}\n    security: {{ enabled: true }}\n    merge: {{ mode: git, style: merge }}\n",
         stub = stub.display().to_string(),
         stub_state = stub_state.display().to_string(),
         remote = remote.display().to_string(),

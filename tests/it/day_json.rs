@@ -175,6 +175,16 @@ fn every_command_prints_the_keys_docs_json_md_lists() {
     let v = c.check("demo", &r);
     assert_eq!(v["reached_done"], true, "{v:#}");
     assert!(v["jobs"].as_array().is_some_and(|a| !a.is_empty()), "{v:#}");
+    // The demo opts in to the last mile: the task's work is merged into the remote's main.
+    let log = std::process::Command::new("git")
+        .arg("-C")
+        .arg(d.path().join("demo/remote.git"))
+        .args(["log", "--format=%s", "main"])
+        .output()
+        .expect("git log");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(log.contains("DEMO-1: developer"), "{log}");
+    assert!(log.contains("(merged by orch)"), "{log}");
 
     let missing: Vec<&String> = c.docs.keys().filter(|k| !c.seen.contains(*k)).collect();
     assert!(
