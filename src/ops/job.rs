@@ -118,7 +118,26 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
     let task = db::tasks::get(ctx.db.conn(), job.task_id)?;
     let span = tracing::info_span!("job", work_item = %task.work_item, job = id.0);
     let _g = span.enter();
-    match supervise(ctx, &job, attempt, &task) {
+    let report = supervise_or_requeue(ctx, &job, attempt, &task);
+    // The job is over and its slot free: a task left with nothing to run gives its worktree
+    // back (best effort; the next job re-creates it).
+    match worktree::park_if_idle(ctx, &task) {
+        Ok(true) => tracing::debug!("worktree of {} given back: no live job", task.work_item),
+        Ok(false) => {}
+        Err(e) => tracing::debug!("worktree of {} kept: {e:#}", task.work_item),
+    }
+    report
+}
+
+/// `supervise`, with a busy repo deferred and any other error spending the attempt.
+fn supervise_or_requeue(
+    ctx: &Ctx,
+    job: &JobRow,
+    attempt: u32,
+    task: &TaskRow,
+) -> Result<JobReport> {
+    let id = job.id;
+    match supervise(ctx, job, attempt, task) {
         Ok(r) => Ok(r),
         // A busy repo (its lock not free in time) is no fault of the job: try again later
         // without spending the attempt.

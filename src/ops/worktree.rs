@@ -18,7 +18,7 @@ use crate::db::tasks::TaskRow;
 use crate::domain::history::Actor;
 use crate::domain::ids::JobId;
 use crate::domain::ids::{TaskRef, WorkItem};
-use crate::domain::stage::{Role, Stage};
+use crate::domain::stage::{JobStatus, Role, Stage};
 use crate::error::usage;
 use crate::ext::env;
 use crate::ext::failpoint;
@@ -63,6 +63,53 @@ pub fn ensure(ctx: &Ctx, task: &TaskRow, repo: &RepoCfg) -> Result<PathBuf> {
         .with_context(|| format!("cloning repo `{}`", repo.name))?;
     git.worktree_add(&lock, &r, &task.base_work_item, &task.branch)
         .with_context(|| format!("preparing the worktree of `{}`", task.work_item))
+}
+
+/// Give back the worktree of a task left with no live job (it waits for a human, a dependency
+/// or a breakpoint, its job failed for good, or it is finished) when nothing would be lost:
+/// the worktree is clean and its HEAD is what `origin/<branch>` holds (or is already in
+/// `origin/<main>`, nothing committed). The next job re-creates it from the remote branch
+/// (`ensure`). Every worktree the clone keeps costs each later `git worktree add` and each
+/// fetch's connectivity check of the repo, which walk the HEAD of every worktree: kept for
+/// the idle tasks, they made a job's git time grow with the number of tasks (design §4.4,
+/// docs/decisions.md "Git on a job's path"). Removed under the repo lock, after checking again
+/// that no job of the task is live: a job claimed meanwhile needs the lock to prepare its
+/// worktree, so it either is seen here or re-creates the worktree after. Returns whether the
+/// worktree was removed.
+pub fn park_if_idle(ctx: &Ctx, task: &TaskRow) -> Result<bool> {
+    let live = |ctx: &Ctx| -> Result<bool> {
+        Ok(db::jobs::of_task(ctx.db.conn(), task.id)?
+            .iter()
+            .any(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running)))
+    };
+    if live(ctx)? {
+        return Ok(false);
+    }
+    let repo = ctx.repo_of(task)?;
+    let git = ctx.git();
+    let dir = git.worktree_dir(&repo.name, &task.base_work_item);
+    if !dir.join(".git").exists() {
+        return Ok(false);
+    }
+    // Read before the lock (it is held only to change the registry): no job of the task is
+    // live, so nothing writes the worktree, and a job that starts now needs the lock first.
+    if git.is_dirty(&dir)? {
+        return Ok(false);
+    }
+    let head = git.rev_parse(&dir, "HEAD")?;
+    let pushed = git
+        .rev_parse(&dir, &format!("origin/{}", task.branch))
+        .is_ok_and(|remote| remote == head)
+        || git.in_history(&dir, &head, &format!("origin/{}", repo.main))?;
+    if !pushed {
+        return Ok(false);
+    }
+    let lock = git.lock(&repo.name)?;
+    if live(ctx)? {
+        return Ok(false);
+    }
+    git.worktree_remove(&lock, &repo.git_ref(), &task.base_work_item)?;
+    Ok(true)
 }
 
 /// The environment of a child working in the task's worktree (an agent, a suite, a CI

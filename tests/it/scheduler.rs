@@ -1184,3 +1184,41 @@ fn an_approval_whose_advance_was_lost_is_reconciled() {
     tick_until(&w, &[], |w| w.stage_of(&wi) != "analysis", DEADLINE);
     assert_eq!(w.stage_of(&wi), "architecture");
 }
+
+/// A task left with no live job (its analysis waits for the approval) gives its worktree back:
+/// clean and pushed, nothing is lost, and every worktree kept would slow each later worktree
+/// add and fetch of the repo. The next job re-creates it from the remote branch, and the task
+/// goes on to `done` with the analysis it had.
+#[test]
+fn an_idle_task_gives_its_worktree_back_and_the_next_job_recreates_it() {
+    let w = Sched::new(Cfg {
+        auto_approve: false,
+        ..Cfg::default()
+    });
+    let wi = w.add("Park the worktree", &[]);
+    let wt = w.state_dir().join("repos/_wt/shop").join(&wi);
+    tick_until(&w, &[], |w| w.job_done(&wi, "analyst"), DEADLINE);
+    wait_until(
+        &w,
+        "the idle worktree is given back",
+        |_| !wt.exists(),
+        DEADLINE,
+    );
+    assert_eq!(w.stage_of(&wi), "analysis");
+    let branch = w.branch_of(&wi);
+    let pushed = git(&w.remote, &["rev-parse", &format!("refs/heads/{branch}")]);
+    w.ok(&["approve", &wi], 0);
+    tick_until(&w, &[], |w| w.stage_of(&wi) == "done", DEADLINE);
+    // The architect's work was built on the analyst's commit, fetched back from the remote.
+    let log = git(
+        &w.remote,
+        &["log", "--format=%H", &format!("refs/heads/{branch}")],
+    );
+    assert!(log.lines().any(|l| l.trim() == pushed.trim()), "{log}");
+    wait_until(
+        &w,
+        "the done task's worktree is given back",
+        |_| !wt.exists(),
+        DEADLINE,
+    );
+}
