@@ -171,7 +171,7 @@ fn supervise_or_requeue(
             // Anything that went wrong around the agent (git, config) spends the attempt.
             warn!("job failed before or after the agent: {e:#}");
             let detail = format!("{e:#}");
-            let status = retry_or_fail(ctx, &job, attempt, &task, &detail)?;
+            let status = retry_or_fail(ctx, job, attempt, task, &detail)?;
             Ok(JobReport {
                 job: id,
                 work_item: task.work_item.clone(),
