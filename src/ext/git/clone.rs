@@ -321,14 +321,23 @@ impl Git {
     /// the worktrees run it, outside the lock). The negotiation starts only from the tracking
     /// refs of what is fetched, never from every ref of the clone.
     fn fetch_in(&self, clone: &Path, main: &str, branches: &[&str]) -> Result<()> {
-        let mut cmd = self.git_in(clone)?.args([
-            "fetch",
-            "--prune",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-auto-maintenance",
-        ]);
+        // The connectivity check of a fetch (`rev-list --not --all`, also run when nothing
+        // new arrives) starts from every ref of the clone: one per task branch and its
+        // remote-tracking ref, each tip a commit to parse. Hidden from it, every ref but
+        // `origin/<main>`: the check then walks only what the fetched tips add on top of
+        // main, whatever the number of branches. Hiding makes it stricter, never looser.
+        let mut cmd = self
+            .git_in(clone)?
+            .args(["-c", "fetch.hideRefs=refs/", "-c"])
+            .arg(format!("fetch.hideRefs=!{}", remote_ref(main)))
+            .args([
+                "fetch",
+                "--prune",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-auto-maintenance",
+            ]);
         let dirs = local::dirs_of(clone)?;
         for name in std::iter::once(main).chain(branches.iter().copied()) {
             let tip = remote_ref(name);
