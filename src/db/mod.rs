@@ -384,6 +384,7 @@ mod tests {
             tasks::ACTIVE_TASKS_SQL,
             jobs::FINISHED_SINCE_SQL,
             events::ACCEPTED_BODY_SQL,
+            usage::COST_OF_ACTIVE_SQL,
         ] {
             let plan: Vec<String> = db
                 .conn()

@@ -3,6 +3,8 @@
 //! the failed job that ends a task's stage (`orch retry`, the `failed` flag). Every query is
 //! served by an index on the task (`agent_runs_task`, `jobs_task`) or reads one time window.
 
+use std::collections::HashMap;
+
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -40,6 +42,22 @@ pub fn of_task(c: &Connection, task: TaskId) -> Result<Spent> {
         "SELECT {SUMS} FROM agent_runs a WHERE a.task_id = ?1"
     ))?;
     Ok(stmt.query_row([task.0], |r| spent_at(r, 0))?)
+}
+
+/// What the agents of every active task have cost, in one query (`orch queue`); a task
+/// without runs is absent.
+/// `CROSS JOIN` keeps the active tasks (`tasks_active`) as the outer loop: a plain join let
+/// SQLite scan every run of the history instead.
+pub const COST_OF_ACTIVE_SQL: &str = "SELECT a.task_id, coalesce(sum(a.cost_usd), 0.0) \
+     FROM tasks t CROSS JOIN agent_runs a ON a.task_id = t.id \
+     WHERE t.stage NOT IN ('done', 'cancelled') GROUP BY a.task_id";
+
+pub fn cost_of_active(c: &Connection) -> Result<HashMap<TaskId, f64>> {
+    let mut stmt = c.prepare_cached(COST_OF_ACTIVE_SQL)?;
+    let rows = stmt
+        .query_map([], |r| Ok((TaskId(r.get(0)?), r.get(1)?)))?
+        .collect::<rusqlite::Result<HashMap<_, _>>>()?;
+    Ok(rows)
 }
 
 /// A task's spending per stage (the stage of the job each run belonged to), in run order.

@@ -408,6 +408,7 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
     }
     let live: std::collections::HashSet<i64> = w.jobs.iter().map(|j| j.task_id.0).collect();
     let mut tasks = Vec::new();
+    let costs = db::usage::cost_of_active(c)?;
     for t in w.active.iter().filter(|t| keep(&t.repo)) {
         let (flags, _) = crate::ops::show::flags(ctx, c, t, live.contains(&t.id.0))?;
         tasks.push(ActiveTask {
@@ -419,7 +420,7 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
             held: t.held_at.is_some(),
             flags,
             age_in_stage_s: (ctx.now - t.stage_entered_at).max(0),
-            cost_usd: db::usage::of_task(c, t.id)?.cost_usd,
+            cost_usd: costs.get(&t.id).copied().unwrap_or(0.0),
         });
     }
     let mut serial_gate = BTreeMap::new();
