@@ -65,13 +65,18 @@ impl Hostile {
                  state_dir: {state:?}\n\
                  max_concurrency: 1\n\
                  agent:\n  argv: [{hostile:?}, \"--print\"]\n  inactivity_timeout_s: 60\n  \
-                 max_attempts: 1\n  sandbox_writable: [{out:?}]\n\
+                 max_attempts: 1\n  sandbox_writable: [{out:?}]\n  \
+                 sandbox_readable: [{hostile:?}, {stub:?}, {orch:?}]\n\
                  scheduler:\n  reconcile_grace_s: 1\n  retry_backoff_s: 1\n\
                  tracker:\n  kind: plane\n  token_file: {tok:?}\n  token_env: ORCH_PLANE_TOKEN\n  \
                  webhook_secret_file: {hook:?}\n\
                  repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n",
                 state = w.state_dir().display().to_string(),
                 hostile = hostile.display().to_string(),
+                // A checkout or target dir under /tmp would be hidden by the sandbox's
+                // private /tmp: the scripts and the orch binary the agent runs show through.
+                stub = stub_agent().display().to_string(),
+                orch = crate::support::orch_bin(),
                 out = out.display().to_string(),
                 tok = secrets[0].display().to_string(),
                 hook = secrets[1].display().to_string(),

@@ -73,7 +73,7 @@ impl Sched {
         let yaml = format!(
             "state_dir: {state:?}\n\
 max_concurrency: {mc}\n\
-agent:\n  argv: [{stub:?}, \"--print\"]\n  inactivity_timeout_s: {inact}\n  usage_limit_backoff_s: {ulb}\n  max_attempts: {ma}\n  sandbox_writable: [{stub_state:?}]\n\
+agent:\n  argv: [{stub:?}, \"--print\"]\n  inactivity_timeout_s: {inact}\n  usage_limit_backoff_s: {ulb}\n  max_attempts: {ma}\n  sandbox_writable: [{stub_state:?}]\n  sandbox_readable: [{stub:?}]\n\
 scheduler:\n  reconcile_grace_s: {grace}\n  retry_backoff_s: 1\n\
 repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gate: {sg}\n    default_labels: [{labels}]\n{extra}",
             state = self.state_dir().display().to_string(),
