@@ -263,8 +263,7 @@ def part_a(a):
         code, stdout, _ = run_capture([orch, "--config", cfg, "tick", "--json"])
         if code != 0:
             fail(f"{name}: the settling `orch tick --json` exited {code}\n{stdout}")
-        settled = [a["text"] if isinstance(a, dict) else a
-                   for a in json.loads(stdout)["actions"]]
+        settled = [a["text"] for a in json.loads(stdout)["actions"]]
         print(f"    settling tick: {len(settled)} actions ("
               f"{sum(a.startswith('cancel job') for a in settled)} queued jobs of finished "
               f"tasks cancelled, {sum(a.startswith('alert:') for a in settled)} stage-age "
@@ -801,8 +800,8 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
         if rep:
             for act in rep.get("actions", []):
                 # An action is an object with the printed line in `text` (docs/json.md).
-                act = act.get("text", "") if isinstance(act, dict) else act
-                m = re.match(r"launch job (\d+) \(attempt (\d+)\)", act)
+                act = act["text"]
+                m = re.match(r"launch job (\d+) \(.*attempt (\d+)\)", act)
                 if m and m.group(2) != "1":
                     tick_trouble.append(f"tick #{len(ticks)} relaunched: {act}")
         if watcher.t_all_done is not None:

@@ -78,10 +78,9 @@ impl Ctx {
         }
     }
 
-    /// A context over an existing database opened read-only; nothing on disk is created.
-    pub fn read_only(config: Config, json: bool) -> Result<Ctx> {
-        let db = Db::open_read_only(&config.db_path())?;
-        Ok(Ctx {
+    /// A context over `db`, its clock read now.
+    fn over(config: Config, db: Db, json: bool) -> Ctx {
+        Ctx {
             config,
             db,
             json,
@@ -89,7 +88,13 @@ impl Ctx {
             lease_ttl: None,
             person: None,
             relay_alerts: false,
-        })
+        }
+    }
+
+    /// A context over an existing database opened read-only; nothing on disk is created.
+    pub fn read_only(config: Config, json: bool) -> Result<Ctx> {
+        let db = Db::open_read_only(&config.db_path())?;
+        Ok(Self::over(config, db, json))
     }
 
     pub fn with_config(config: Config, json: bool) -> Result<Ctx> {
@@ -99,15 +104,7 @@ impl Ctx {
         }
         crate::ext::sys::private_file(&config.db_path(), 0o640)?;
         let db = Db::open(&config.db_path())?;
-        Ok(Ctx {
-            config,
-            db,
-            json,
-            now: now(),
-            lease_ttl: None,
-            person: None,
-            relay_alerts: false,
-        })
+        Ok(Self::over(config, db, json))
     }
 
     /// A context with the same config and output mode, its own new database connection and a

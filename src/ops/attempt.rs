@@ -56,6 +56,26 @@ impl std::fmt::Display for AttemptOutcome {
     }
 }
 
+/// Finish attempt `attempt` of `id` as `done` with `detail`, fenced: `Stale` when another
+/// attempt owns the job now.
+pub fn finish_done(ctx: &Ctx, id: JobId, attempt: u32, detail: &str) -> Result<AttemptOutcome> {
+    let finished = ctx.db.write(|tx| {
+        db::jobs::finish(
+            tx,
+            id,
+            attempt,
+            JobStatus::Done,
+            Some(detail),
+            crate::ctx::now(),
+        )
+    })?;
+    Ok(if finished {
+        AttemptOutcome::Done
+    } else {
+        AttemptOutcome::Stale
+    })
+}
+
 /// Whether attempt `attempt` of `id` is still this supervisor's to finish.
 pub fn still_ours(ctx: &Ctx, id: JobId, attempt: u32) -> Result<bool> {
     Ok(db::jobs::get(ctx.db.conn(), id)?

@@ -17,7 +17,7 @@ use crate::domain::stage::JobStatus;
 use crate::error::{Code, exit, usage};
 use crate::ext::{failpoint, sys};
 use crate::ops::agent;
-use crate::ops::attempt::{AttemptOutcome, JobReport, retry_or_fail};
+use crate::ops::attempt::{AttemptOutcome, JobReport, finish_done, retry_or_fail};
 use crate::ops::worktree;
 
 /// A job that found its repo busy is tried again this much later, at no cost in attempts.
@@ -236,25 +236,11 @@ fn supervise(ctx: &Ctx, job: &JobRow, attempt: u32, task: &TaskRow) -> Result<Jo
             },
         )?;
         let detail = format!("{} {}: {}", rep.runner, rep.outcome, rep.reason);
-        let finished = ctx.db.write(|tx| {
-            db::jobs::finish(
-                tx,
-                job.id,
-                attempt,
-                JobStatus::Done,
-                Some(&detail),
-                crate::ctx::now(),
-            )
-        })?;
         return Ok(JobReport {
             job: job.id,
             work_item: task.work_item.clone(),
             role: job.role,
-            status: if finished {
-                AttemptOutcome::Done
-            } else {
-                AttemptOutcome::Stale
-            },
+            status: finish_done(ctx, job.id, attempt, &detail)?,
             detail,
             advance: None,
         });

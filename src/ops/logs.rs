@@ -9,10 +9,10 @@ use anyhow::Result;
 
 use crate::config::Config;
 use crate::ctx::Ctx;
-use crate::db::{self, jobs::JobRow};
-use crate::domain::ids::{JobId, TaskRef};
+use crate::db::jobs::JobRow;
+use crate::domain::ids::JobId;
 use crate::domain::stage::JobStatus;
-use crate::error::{Code, usage};
+use crate::error::Code;
 
 /// The log of a job: the supervisor's, or with `agent` the agent's output.
 pub fn path(config: &Config, job: JobId, agent: bool) -> PathBuf {
@@ -26,22 +26,12 @@ pub fn path(config: &Config, job: JobId, agent: bool) -> PathBuf {
 
 /// The job `target` names: a job id, or a work item's running job, else its newest job.
 pub fn job_of(ctx: &Ctx, target: &str) -> Result<JobRow> {
-    let c = ctx.db.conn();
-    if let Ok(id) = target.parse::<i64>() {
-        return db::jobs::get(c, JobId(id))?.ok_or_else(|| {
-            usage(format!(
-                "job {id} not found; `orch task show <WI>` lists a task's jobs"
-            ))
-        });
-    }
-    let task = ctx.task(&TaskRef::parse(target).map_err(usage)?)?;
-    let jobs = db::jobs::of_task(c, task.id)?;
-    jobs.iter()
-        .filter(|j| j.status == JobStatus::Running)
-        .max_by_key(|j| j.id.0)
-        .or_else(|| jobs.iter().max_by_key(|j| j.id.0))
-        .cloned()
-        .ok_or_else(|| usage(format!("`{}` has no job yet", task.work_item)))
+    crate::ops::retry::job_named(ctx, target, |jobs| {
+        jobs.iter()
+            .filter(|j| j.status == JobStatus::Running)
+            .max_by_key(|j| j.id.0)
+            .or_else(|| jobs.iter().max_by_key(|j| j.id.0))
+    })
 }
 
 /// The exit code `orch logs -f` ends with: the job's outcome, or `None` while it may still run

@@ -271,6 +271,29 @@ fn token(svc: &ServiceCfg, block: &str) -> Result<String, CallError> {
     }
 }
 
+/// The Gitea client of the config's `forge` block (its token read now) and the row's target
+/// repository, checked as `owner/name`.
+fn gitea_for<'a>(
+    ctx: &Ctx,
+    http: &'a Http,
+    target: &str,
+) -> Result<(Gitea<'a>, ForgeRepo), CallError> {
+    let Some(forge) = ctx.config.gitea() else {
+        return Err(config_error(
+            "no `forge` block of kind `gitea` in the config".into(),
+        ));
+    };
+    let Some(base) = forge.base_url.as_deref() else {
+        return Err(config_error(
+            "`forge.base_url` is not set in the config".into(),
+        ));
+    };
+    let token = token(forge, "forge")?;
+    let repo = ForgeRepo::parse(target)
+        .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{target}`")))?;
+    Ok((Gitea::new(http, base, Some(&token)), repo))
+}
+
 fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError> {
     match row.kind.as_str() {
         notify::PLANE_STATE => plane_state(ctx, http, &payload(row)?),
@@ -299,25 +322,8 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
             if let Some(kept) = branch_in_use(ctx, &p)? {
                 return Ok(kept);
             }
-            let Some(forge) = ctx.config.gitea() else {
-                return Err(config_error(
-                    "no `forge` block of kind `gitea` in the config".into(),
-                ));
-            };
-            let Some(base) = forge.base_url.as_deref() else {
-                return Err(config_error(
-                    "`forge.base_url` is not set in the config".into(),
-                ));
-            };
-            let token = token(forge, "forge")?;
-            let repo = ForgeRepo::parse(&p.repo)
-                .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
-            match Gitea::new(http, base, Some(&token)).delete_branch(
-                &repo,
-                &p.branch,
-                &p.main,
-                p.sha.as_deref(),
-            )? {
+            let (gitea, repo) = gitea_for(ctx, http, &p.repo)?;
+            match gitea.delete_branch(&repo, &p.branch, &p.main, p.sha.as_deref())? {
                 Deleted::Deleted => Ok(format!("deleted branch `{}`", p.branch)),
                 Deleted::AlreadyGone => Ok(format!("branch `{}` was already gone", p.branch)),
                 Deleted::Moved(head) => Ok(format!(
@@ -329,30 +335,13 @@ fn perform(ctx: &Ctx, http: &Http, row: &OutboxRow) -> Result<String, CallError>
         notify::GIT_DELETE_BRANCH => git_delete(ctx, &payload(row)?),
         notify::FORGE_MERGE_PR => {
             let p: notify::MergePrPayload = payload(row)?;
-            let Some(forge) = ctx.config.gitea() else {
-                return Err(config_error(
-                    "no `forge` block of kind `gitea` in the config".into(),
-                ));
-            };
-            let base = forge.base_url.as_deref().unwrap_or_default();
-            let token = token(forge, "forge")?;
-            let repo = ForgeRepo::parse(&p.repo)
-                .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
-            merge_pr(&Gitea::new(http, base, Some(&token)), &repo, &p)
+            let (gitea, repo) = gitea_for(ctx, http, &p.repo)?;
+            merge_pr(&gitea, &repo, &p)
         }
         notify::FORGE_OPEN_PR => {
             let p: notify::OpenPrPayload = payload(row)?;
-            let Some(forge) = ctx.config.gitea() else {
-                return Err(config_error(
-                    "no `forge` block of kind `gitea` in the config".into(),
-                ));
-            };
-            let base = forge.base_url.as_deref().unwrap_or_default();
-            let token = token(forge, "forge")?;
-            let repo = ForgeRepo::parse(&p.repo)
-                .ok_or_else(|| CallError::Permanent(format!("invalid forge repo `{}`", p.repo)))?;
-            let pr = Gitea::new(http, base, Some(&token))
-                .find_or_create_pr(&repo, &p.branch, &p.base, &p.title, &p.body)?;
+            let (gitea, repo) = gitea_for(ctx, http, &p.repo)?;
+            let pr = gitea.find_or_create_pr(&repo, &p.branch, &p.base, &p.title, &p.body)?;
             Ok(if pr.created {
                 format!("pull request #{} opened", pr.number)
             } else {

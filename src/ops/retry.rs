@@ -19,6 +19,16 @@ use crate::ops::task::Gesture;
 
 /// A job named by its id, or the newest job of a task (by work item).
 pub fn resolve(ctx: &Ctx, target: &str) -> Result<JobRow> {
+    job_named(ctx, target, |jobs| jobs.iter().max_by_key(|j| j.id.0))
+}
+
+/// The job `target` names: by its id, or the one `pick` chooses among the jobs of the task a
+/// work item names (`orch retry`, `orch logs`).
+pub fn job_named(
+    ctx: &Ctx,
+    target: &str,
+    pick: impl Fn(&[JobRow]) -> Option<&JobRow>,
+) -> Result<JobRow> {
     let c = ctx.db.conn();
     if let Ok(id) = target.parse::<i64>() {
         return db::jobs::get(c, JobId(id))?.ok_or_else(|| {
@@ -28,9 +38,9 @@ pub fn resolve(ctx: &Ctx, target: &str) -> Result<JobRow> {
         });
     }
     let task = ctx.task(&TaskRef::parse(target).map_err(usage)?)?;
-    db::jobs::of_task(c, task.id)?
-        .into_iter()
-        .max_by_key(|j| j.id.0)
+    let jobs = db::jobs::of_task(c, task.id)?;
+    pick(&jobs)
+        .cloned()
         .ok_or_else(|| usage(format!("`{}` has no job yet", task.work_item)))
 }
 

@@ -28,7 +28,7 @@ use crate::db::{self, jobs::JobRow, tasks::TaskRow};
 use crate::domain::history::{Actor, Outcome};
 use crate::domain::stage::{JobStatus, Role, Stage};
 use crate::ops::apply::record_here;
-use crate::ops::attempt::{AttemptOutcome, JobReport};
+use crate::ops::attempt::{AttemptOutcome, JobReport, finish_done};
 use crate::ops::worktree;
 use work::{Ending, Rel};
 
@@ -159,21 +159,7 @@ fn finish(
             } else {
                 None
             };
-            let finished = ctx.db.write(|tx| {
-                db::jobs::finish(
-                    tx,
-                    job.id,
-                    attempt,
-                    JobStatus::Done,
-                    Some(&detail),
-                    crate::ctx::now(),
-                )
-            })?;
-            let status = if finished {
-                AttemptOutcome::Done
-            } else {
-                AttemptOutcome::Stale
-            };
+            let status = finish_done(ctx, job.id, attempt, &detail)?;
             Ok(report(status, detail, adv))
         }
     }
