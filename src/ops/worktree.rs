@@ -105,6 +105,7 @@ pub fn park_if_idle(ctx: &Ctx, task: &TaskRow) -> Result<bool> {
         return Ok(false);
     }
     let lock = git.lock(&repo.name)?;
+    tracing::debug!("repo lock taken to give the worktree back");
     if live(ctx)? {
         return Ok(false);
     }

@@ -190,34 +190,48 @@ impl Git {
         Ok(dir)
     }
 
-    /// Remove the worktree of `wi` (discarding uncommitted changes in it),
-    /// then prune stale registrations. Absent is fine. A non-empty directory
-    /// that is not our worktree is an error, never deleted.
+    /// Remove the worktree of `wi` (discarding uncommitted changes in it). Absent is fine. A
+    /// non-empty directory that is not our worktree is an error, never deleted.
+    ///
+    /// Done on disk, as `git worktree remove --force` does it, without a git process (this runs
+    /// under the repo lock at the end of most jobs): the worktree directory first, then its
+    /// admin dir in the clone. A crash between the two leaves a registration whose directory is
+    /// gone, which `worktree_add` prunes when it meets it. A locked worktree (`git worktree
+    /// lock`, someone's deliberate act) is left to git, which refuses it.
     pub fn worktree_remove(&self, lock: &RepoLock, repo: &RepoRef<'_>, wi: &str) -> Result<()> {
         self.check(lock, repo)?;
         check_wi(wi)?;
         let clone = self.clone_dir(repo.name);
         let dir = self.worktree_dir(repo.name, wi);
         let ctx = || format!("removing worktree of {wi} in repo {}", repo.name);
-        let have_clone = exists(&clone)?;
-        if exists(&dir)? {
-            if have_clone && self.is_worktree_of(&clone, &dir)? {
-                self.git_in(&clone)?
-                    .args(["worktree", "remove", "--force", "--"])
-                    .arg(&dir)
-                    .checked()
-                    .with_context(ctx)?;
-            } else {
-                remove_if_empty_dir(&dir).with_context(ctx)?;
-            }
+        if !exists(&dir)? {
+            return Ok(());
         }
-        if have_clone {
+        if !(exists(&clone)? && self.is_worktree_of(&clone, &dir)?) {
+            return remove_if_empty_dir(&dir).with_context(ctx);
+        }
+        let admin = local_dirs(&dir)?
+            .map(|d| d.gitdir)
+            .context("the worktree lost its `.git` file")
+            .with_context(ctx)?;
+        let registry = canonical(&clone.join(".git").join("worktrees"))?;
+        let in_registry = canonical(&admin)
+            .ok()
+            .is_some_and(|a| a.parent() == Some(registry.as_path()));
+        if !in_registry || exists(&admin.join("locked"))? {
             self.git_in(&clone)?
-                .args(["worktree", "prune"])
+                .args(["worktree", "remove", "--force", "--"])
+                .arg(&dir)
                 .checked()
                 .with_context(ctx)?;
+            return Ok(());
         }
-        Ok(())
+        fs::remove_dir_all(&dir)
+            .with_context(|| format!("deleting {}", dir.display()))
+            .with_context(ctx)?;
+        fs::remove_dir_all(&admin)
+            .with_context(|| format!("deleting {}", admin.display()))
+            .with_context(ctx)
     }
 
     /// Fast-forward the worktree of `wi` to `origin/<branch>` when that is

@@ -21,9 +21,15 @@ fn check_sha(sha: &str) -> Result<()> {
 }
 
 impl Git {
-    /// The commit `rev` names in `dir` (a worktree or the clone).
+    /// The commit `rev` names in `dir` (a worktree or the clone). `HEAD` and branch names are
+    /// read on disk where that is certain (`rev_parse_commit`).
     pub fn rev_parse(&self, dir: &Path, rev: &str) -> Result<String> {
         let arg = rev_arg(rev).or_else(|_| check_sha(rev).map(|_| rev.to_string()))?;
+        if arg == "HEAD" || arg.starts_with("refs/") {
+            return self
+                .rev_parse_commit(dir, &arg)?
+                .with_context(|| format!("resolving {rev} in {}: no such commit", dir.display()));
+        }
         let out = self
             .git_in(dir)?
             .args(["rev-parse", "--verify", "--quiet"])

@@ -962,6 +962,22 @@ fn commit_all_commits_only_when_something_changed() {
         fx.git.commit_all(&wt, "again", ID_NAME, ID_EMAIL).unwrap(),
         None
     );
+    // Only the named paths: an unchanged one is no commit, and what else lies around stays.
+    write_in(&wt, "left.txt", "l\n");
+    assert_eq!(
+        fx.git
+            .commit_paths(&wt, &["src/new.rs"], "same", ID_NAME, ID_EMAIL)
+            .unwrap(),
+        None
+    );
+    write_in(&wt, "report.md", "r\n");
+    let sha = fx
+        .git
+        .commit_paths(&wt, &["report.md"], "report", ID_NAME, ID_EMAIL)
+        .unwrap()
+        .unwrap();
+    assert_eq!(run(&wt, &["rev-parse", "HEAD"]), sha);
+    assert_eq!(run(&wt, &["status", "--porcelain"]), "?? left.txt");
 }
 
 #[test]
@@ -1237,4 +1253,33 @@ fn section_of(key: &str) -> String {
 
 fn last(key: &str) -> &str {
     key.rsplit('.').next().unwrap()
+}
+
+#[test]
+fn worktree_remove_is_done_on_disk_and_leaves_a_locked_worktree_to_git() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let repo = fx.repo();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-6", "feature/X-6")
+        .unwrap();
+    let admin = fx.clone().join(".git/worktrees/X-6");
+    assert!(admin.join("gitdir").exists(), "{}", admin.display());
+    fx.git.worktree_remove(&lock, &repo, "X-6").unwrap();
+    assert!(!wt.exists());
+    assert!(!admin.exists(), "the registration goes with the directory");
+    assert!(!run(&fx.clone(), &["worktree", "list"]).contains("X-6"));
+
+    // `git worktree lock` is someone's deliberate act: git refuses the removal, and so do we.
+    let wt = fx
+        .git
+        .worktree_add(&lock, &repo, "X-6", "feature/X-6")
+        .unwrap();
+    run(
+        &fx.clone(),
+        &["worktree", "lock", &wt.display().to_string()],
+    );
+    assert!(fx.git.worktree_remove(&lock, &repo, "X-6").is_err());
+    assert!(wt.join(".git").exists(), "a locked worktree stays");
 }
