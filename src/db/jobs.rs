@@ -187,6 +187,14 @@ pub fn live(c: &Connection) -> Result<Vec<JobRow>> {
     Ok(rows)
 }
 
+/// How many jobs are running (served by the partial index `jobs_live`).
+pub fn running_count(c: &Connection) -> Result<u32> {
+    let n: i64 = c
+        .prepare_cached("SELECT count(*) FROM jobs WHERE status = 'running'")?
+        .query_row([], |r| r.get(0))?;
+    Ok(n as u32)
+}
+
 pub const FINISHED_SINCE_SQL: &str =
     "SELECT status, count(*) FROM jobs WHERE finished_at >= ? GROUP BY status";
 

@@ -92,6 +92,12 @@ pub fn breaker(c: &Connection) -> Result<Option<(Ts, String)>> {
     .optional()?)
 }
 
+/// `PRAGMA data_version`: it changes when another connection (any process) commits, and only
+/// then. Read in a write transaction, equal values mean nobody else wrote in between.
+pub fn data_version(c: &Connection) -> Result<i64> {
+    Ok(c.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
 /// CI status rows recorded for one commit: (context, state, detail).
 pub fn ci_status(c: &Connection, repo: &str, sha: &str) -> Result<Vec<(String, String, String)>> {
     let mut stmt = c.prepare_cached(

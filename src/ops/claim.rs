@@ -18,6 +18,9 @@ pub struct Claimed {
     pub attempt: u32,
     pub work_item: String,
     pub role: crate::domain::stage::Role,
+    /// This claim took the last free slot: a next claim in the same pass would find every
+    /// slot taken, so the pass need not gather the world again to learn it.
+    pub last_slot: bool,
 }
 
 /// What a pass would claim now, in claim order, changing nothing (`orch tick --plan`). Jobs
@@ -47,6 +50,7 @@ pub fn plan(ctx: &Ctx) -> Result<Vec<Claimed>> {
                 .map(|t| t.work_item.clone())
                 .unwrap_or_default(),
             role: j.role,
+            last_slot: world.running() + world.claimed + 1 >= world.max_concurrency,
         });
         busy.insert(j.task_id.0);
         world.claimed += 1;
@@ -94,25 +98,56 @@ fn hold_over_budget(
     Ok(true)
 }
 
+/// The world an earlier claim of the same pass gathered, with the database's `data_version` of
+/// then and this process's own claims since applied to it.
+pub struct Gathered {
+    world: World,
+    version: i64,
+}
+
 /// Claim the oldest claimable job, if any, in a transaction of its own. The tick claims one
 /// job, starts its supervisor and records it before it claims the next, so a crash between a
 /// claim and its launch strands at most one job (and the reaper gives that one its attempt
 /// back).
-pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
-    ctx.db.write(|tx| {
-        let world = World::gather_in(tx, &ctx.config, ctx.now)?;
-        if world.dispatch_closed() {
-            return Ok(None);
+///
+/// `reuse` carries the world from one claim of a pass to the next: when no other connection
+/// has committed since (`PRAGMA data_version`, read under the write lock), the world a new
+/// gather would return is that one with this process's claim applied, so it is not gathered
+/// again (with thousands of queued jobs a gather is most of a tick's cost). Anything else this
+/// process writes in between (a launch that failed) must drop it (`None`).
+pub fn claim_next(ctx: &Ctx, reuse: &mut Option<Gathered>) -> Result<Option<Claimed>> {
+    let cached = reuse.take();
+    let (claimed, kept) = ctx.db.write(|tx| {
+        // Every slot taken or the breaker open closes dispatch for every job alike; a count and
+        // a row say so without gathering the world (most ticks of a busy queue end here).
+        if db::jobs::running_count(tx)? >= ctx.config.max_concurrency
+            || db::misc::breaker(tx)?.is_some_and(|(until, _)| until > ctx.now)
+        {
+            return Ok((None, None));
         }
+        let version = db::misc::data_version(tx)?;
+        let mut world = match cached {
+            Some(g) if g.version == version => {
+                tracing::debug!("claim: the world of the last claim still holds");
+                g.world
+            }
+            _ => World::gather_in(tx, &ctx.config, ctx.now)?,
+        };
+        if world.dispatch_closed() {
+            return Ok((None, None));
+        }
+        let mut held = false;
+        let mut claimed = None;
         for j in world.jobs.iter().filter(|j| j.status == JobStatus::Queued) {
             if world.wait(j).is_some() {
                 continue;
             }
             if hold_over_budget(ctx, tx, &world, j)? {
+                held = true;
                 continue;
             }
             if let Some(attempt) = db::jobs::claim(tx, j.id, ctx.now)? {
-                return Ok(Some(Claimed {
+                claimed = Some(Claimed {
                     job: j.id,
                     attempt,
                     work_item: world
@@ -120,9 +155,22 @@ pub fn claim_next(ctx: &Ctx) -> Result<Option<Claimed>> {
                         .map(|t| t.work_item.clone())
                         .unwrap_or_default(),
                     role: j.role,
-                }));
+                    last_slot: world.running() + 1 >= world.max_concurrency,
+                });
+                break;
             }
         }
-        Ok(None)
-    })
+        // A hold written here changed the world; only an unchanged one is worth keeping.
+        let kept = match &claimed {
+            Some(c) if !held => {
+                world.mark_claimed(c.job);
+                Some(Gathered { world, version })
+            }
+            _ => None,
+        };
+        Ok((claimed, kept))
+    })?;
+    // Kept only once the claim is committed.
+    *reuse = kept;
+    Ok(claimed)
 }

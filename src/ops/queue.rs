@@ -233,6 +233,19 @@ impl World {
         })
     }
 
+    /// Count job `id` as running, as a fresh gather would after this process claimed it.
+    pub fn mark_claimed(&mut self, id: crate::domain::ids::JobId) {
+        let Some(j) = self.jobs.iter_mut().find(|j| j.id == id) else {
+            return;
+        };
+        if j.status != JobStatus::Running {
+            j.status = JobStatus::Running;
+            j.attempts += 1;
+            self.running_of.entry(j.task_id.0).or_default().push(id.0);
+            self.running += 1;
+        }
+    }
+
     pub fn task(&self, id: i64) -> Option<&TaskRow> {
         self.by_id
             .get(&id)

@@ -584,3 +584,48 @@ fn one_task_never_runs_two_jobs() {
     let plan = w.orch(&["tick", "--plan"]);
     assert!(!plan.stdout.contains("launch job"), "{plan:?}");
 }
+
+/// A tick claims job after job from the world it gathered for the first claim, as long as no
+/// other process writes in between: the reused world must still count its own claims, so a
+/// second queued job of a task it just claimed for waits (`task-busy`), and the pass stops at
+/// `max_concurrency` (2 here) however many jobs are claimable.
+#[test]
+fn a_pass_counts_its_own_claims_one_job_per_task_and_the_limit() {
+    let w = World::with_repo_extra("serial_gate: false");
+    w.add("First", &[]);
+    let tid = w.task_id("SHOP-1");
+    let t = now();
+    // SHOP-1's second job comes right after its first in the FIFO.
+    w.sql(&format!(
+        "INSERT INTO jobs (task_id, role, stage, repo, status, attempts, available_at, \
+         created_at) VALUES ({tid}, 'analyst', 'analysis', 'shop', 'queued', 0, {t}, {t})"
+    ));
+    w.add("Second", &[]);
+    w.add("Third", &[]);
+    let r = w.orch_with(&["tick", "--json"], &[("STUB_HANG", "analyst")]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let rep = r.json();
+    assert_eq!(rep["launched"], 2, "{rep:#}");
+    let running = w.sql(
+        "SELECT group_concat(t.work_item, ' ') FROM jobs j JOIN tasks t ON t.id = j.task_id \
+         WHERE j.status = 'running' ORDER BY j.id",
+    );
+    assert_eq!(
+        running, "SHOP-1 SHOP-2",
+        "one job per task, FIFO, two slots"
+    );
+    assert_eq!(
+        w.sql("SELECT count(*) FROM jobs WHERE status = 'queued'"),
+        "2",
+        "SHOP-1's second job and SHOP-3's wait"
+    );
+    // A second pass finds every slot taken and claims nothing.
+    let again = w
+        .orch_with(&["tick", "--json"], &[("STUB_HANG", "analyst")])
+        .json();
+    assert_eq!(again["launched"], 0, "{again:#}");
+    assert_eq!(
+        w.sql("SELECT count(*) FROM jobs WHERE status = 'running'"),
+        "2"
+    );
+}

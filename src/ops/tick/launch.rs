@@ -24,12 +24,22 @@ pub(super) fn launch(p: &mut Pass<'_>) -> Result<()> {
         }
         return Ok(());
     }
-    while let Some(c) = claim::claim_next(p.ctx)? {
+    let mut reuse = None;
+    while let Some(c) = claim::claim_next(p.ctx, &mut reuse)? {
         failpoint::hit("tick.after-claim");
         p.act_with(line(&c));
         p.rep.launched += 1;
         let r = start(p.ctx, &c);
+        if !matches!(r, Ok(true)) {
+            // The job went back to the queue (or the record failed): the world kept by the
+            // claim no longer says what the database does.
+            reuse = None;
+        }
         p.isolate(&format!("launch job {}", c.job.0), r);
+        if c.last_slot {
+            // Every slot is taken now; a slot freed meanwhile is the next pass's.
+            break;
+        }
     }
     Ok(())
 }
@@ -45,8 +55,9 @@ fn line(c: &Claimed) -> Action {
 }
 
 /// Start the supervisor of a claimed job and record it (the supervisor records itself too, so a
-/// crash between the two loses nothing).
-fn start(ctx: &Ctx, c: &Claimed) -> Result<()> {
+/// crash between the two loses nothing). `false` when it could not be started and the job went
+/// back to the queue.
+fn start(ctx: &Ctx, c: &Claimed) -> Result<bool> {
     let exe = std::env::current_exe()?;
     let mut argv: Vec<OsString> = vec![exe.into_os_string()];
     if let Some(f) = &ctx.config.file {
@@ -83,6 +94,7 @@ fn start(ctx: &Ctx, c: &Claimed) -> Result<()> {
                 )
             })?;
             info!(job = c.job.0, pid = s.pgid, "launched supervisor");
+            Ok(true)
         }
         Err(e) => {
             warn!("could not launch job {}: {e:#}", c.job.0);
@@ -96,7 +108,7 @@ fn start(ctx: &Ctx, c: &Claimed) -> Result<()> {
                     true,
                 )
             })?;
+            Ok(false)
         }
     }
-    Ok(())
 }
