@@ -592,10 +592,11 @@ def command_kind(cmd):
 def job_timeline(events):
     """The marks of one supervisor log (ORCH_LOG=info,orch=debug): the start of its first git
     command (the repo lock is taken just before), 'launching the agent', the agent's end,
-    'pushed', the first git command of the advance (its repo lock taken just before), 'gate',
+    'pushed', 'gate' (the advance's verdict, read from the worktree just pushed), and, when the
+    idle task gives its worktree back, the repo lock taken for that and the worktree given back;
     and every command with its phase and duration."""
-    tl = dict(first_pre=None, agent=None, agent_end=None, pushed=None, first_adv=None,
-              gate=None, cmds=[])
+    tl = dict(first_pre=None, agent=None, agent_end=None, pushed=None, gate=None,
+              park_lock=None, parked=None, cmds=[])
     open_cmd = None
     for t, lvl, msg in events:
         if t is None:
@@ -608,15 +609,17 @@ def job_timeline(events):
             tl["pushed"] = t
         elif re.search(r":\s+gate: ", msg):
             tl["gate"] = t
+        elif "repo lock taken to give the worktree back" in msg:
+            tl["park_lock"] = t
+        elif re.search(r"worktree of \S+ given back", msg):
+            tl["parked"] = t
         elif re.search(r":\s+running cmd=", msg):
             open_cmd = (t, command_kind(msg))
             if tl["agent"] is None and tl["first_pre"] is None:
                 tl["first_pre"] = t
-            if tl["pushed"] is not None and tl["first_adv"] is None:
-                tl["first_adv"] = t
         elif re.search(r":\s+finished cmd=", msg) and open_cmd:
             phase = ("pre" if tl["agent"] is None else "post" if tl["pushed"] is None
-                     else "adv")
+                     else "park")
             tl["cmds"].append((phase, open_cmd[1], (t - open_cmd[0]) * 1000))
             open_cmd = None
     return tl
@@ -624,15 +627,17 @@ def job_timeline(events):
 
 def report_timeline(tls, drain, n_done):
     """Where a job's time goes, from the supervisor logs."""
-    seg = {k: [] for k in ("start", "lock_pre", "agent", "post", "adv_wait", "lock_adv", "slot")}
+    seg = {k: [] for k in ("start", "lock_pre", "agent", "post", "advance", "park_wait",
+                           "lock_park")}
     git_by = {}
     for jid, t_launch, dur, tl in tls:
         seg["start"].append((tl["first_pre"] - t_launch) * 1000)
         seg["lock_pre"].append((tl["agent"] - tl["first_pre"]) * 1000)
         seg["agent"].append(dur)
         seg["post"].append((tl["pushed"] - tl["agent"]) * 1000 - dur)
-        seg["adv_wait"].append((tl["first_adv"] - tl["pushed"]) * 1000)
-        seg["lock_adv"].append((tl["gate"] - tl["first_adv"]) * 1000)
+        seg["advance"].append((tl["gate"] - tl["pushed"]) * 1000)
+        seg["park_wait"].append((tl["park_lock"] - tl["gate"]) * 1000)
+        seg["lock_park"].append((tl["parked"] - tl["park_lock"]) * 1000)
         for phase, kind, ms in tl["cmds"]:
             d = git_by.setdefault((phase, kind), [0, 0.0])
             d[0] += 1
@@ -640,51 +645,55 @@ def report_timeline(tls, drain, n_done):
     m = {k: statistics.mean(v) for k, v in seg.items() if v}
     med = {k: statistics.median(v) for k, v in seg.items() if v}
     p95 = {k: pct(v, 95) for k, v in seg.items() if v}
-    pre_git = sum(v[1] for (ph, _), v in git_by.items() if ph == "pre") / len(tls)
-    post_git = sum(v[1] for (ph, _), v in git_by.items() if ph == "post") / len(tls)
-    adv_git = sum(v[1] for (ph, _), v in git_by.items() if ph == "adv") / len(tls)
+
+    def git_ms(phase):
+        return sum(v[1] for (ph, _), v in git_by.items() if ph == phase) / len(tls)
     print(f"    per-job timeline from the supervisor logs (ORCH_LOG=info,orch=debug; {len(tls)} "
           f"jobs), ms:")
     rows = [
         ("1 tick launch -> first git command: supervisor start, DB, repo lock wait", "slot",
          "start"),
-        ("2 first git command -> agent start: clone check, fetch x2, worktree prune + add "
-         "(repo lock held)", "slot", "lock_pre"),
+        ("2 first git command -> agent start: fetch, worktree add (repo lock held)", "slot",
+         "lock_pre"),
         ("3 agent run (agent_runs.duration_ms)", "slot", "agent"),
-        ("4 agent exit -> pushed: record run, git add/diff/commit, push", "slot", "post"),
-        ("5 pushed -> advance's first git command: set exit, finish (frees the slot), "
-         "repo lock wait", "until finish", "adv_wait"),
-        ("6 advance's git -> gate read: fetch, ff, status, hash-object (repo lock held)",
-         "after", "lock_adv"),
+        ("4 agent exit -> pushed: record run, git add + commit, push", "slot", "post"),
+        ("5 pushed -> gate: set exit, finish (frees the slot), the advance's gate (no git)",
+         "slot/after", "advance"),
+        ("6 gate -> repo lock taken to park: status, lock wait", "after", "park_wait"),
+        ("7 lock taken -> worktree given back: removal on disk (repo lock held)", "after",
+         "lock_park"),
     ]
     table(("segment", "slot?", "mean", "median", "p95"),
           [(label, where, f"{m[k]:.1f}", f"{med[k]:.1f}", f"{p95[k]:.1f}")
            for label, where, k in rows], left=2)
-    print(f"      git processes' own run time inside segments 2 / 4 / 6: {pre_git:.1f} / "
-          f"{post_git:.1f} / {adv_git:.1f} ms per job")
+    print(f"      git processes' own run time inside segments 2 / 4 / 6-7: {git_ms('pre'):.1f} / "
+          f"{git_ms('post'):.1f} / {git_ms('park'):.1f} ms per job")
     cmds = sorted(git_by.items(), key=lambda kv: -kv[1][1])
     print("      commands per job (count x mean ms), by total time: " + "; ".join(
         f"{kind} [{ph}] {v[0] / len(tls):.1f}x{v[1] / v[0]:.1f}" for (ph, kind), v in cmds[:10]))
-    held = m["lock_pre"] + m["lock_adv"]
+    held = m["lock_pre"] + m["lock_park"]
     util = held * n_done / 1000 / drain if drain > 0 else float("nan")
-    print(f"      the repo lock (one repo: every job's worktree preparation and gate read take "
-          f"it in turn) is held {held:.1f} ms per job (2 + 6): {util * 100:.0f}% of the "
-          f"draining wall time; it alone caps the throughput at {1000 / held:.2f} jobs/s")
+    print(f"      the repo lock (one repo: every job's worktree preparation and removal take it "
+          f"in turn) is held {held:.1f} ms per job (2 + 7): {util * 100:.0f}% of the draining "
+          f"wall time; it alone caps the throughput at {1000 / held:.2f} jobs/s")
     tls.sort(key=lambda x: x[0])
     tenth = max(1, len(tls) // 10)
 
-    def fetch_ms(part):
-        xs = [ms for _, _, _, tl in part for ph, k, ms in tl["cmds"] if k == "git fetch"]
-        return statistics.mean(xs) if xs else float("nan")
+    def cmd_ms(part, kind):
+        xs = [ms for _, _, _, tl in part for ph, k, ms in tl["cmds"] if k == kind]
+        return statistics.median(xs) if xs else float("nan")
 
     def seg_ms(part, a, b):
         return statistics.mean((tl[b] - tl[a]) * 1000 for _, _, _, tl in part)
     first, last = tls[:tenth], tls[-tenth:]
-    print(f"      first {tenth} vs last {tenth} jobs by id: git fetch {fetch_ms(first):.1f} -> "
-          f"{fetch_ms(last):.1f} ms; segment 2 {seg_ms(first, 'first_pre', 'agent'):.1f} -> "
-          f"{seg_ms(last, 'first_pre', 'agent'):.1f} ms; segment 6 "
-          f"{seg_ms(first, 'first_adv', 'gate'):.1f} -> {seg_ms(last, 'first_adv', 'gate'):.1f} ms")
-
+    print(f"      first {tenth} vs last {tenth} jobs by id (medians of the commands, means of "
+          f"the segments): "
+          + "; ".join(f"{k} {cmd_ms(first, k):.1f} -> {cmd_ms(last, k):.1f} ms"
+                      for k in ("git fetch", "git worktree add", "git commit", "git push"))
+          + f"; segment 2 {seg_ms(first, 'first_pre', 'agent'):.1f} -> "
+          f"{seg_ms(last, 'first_pre', 'agent'):.1f} ms; segment 4 "
+          f"{seg_ms(first, 'agent_end', 'pushed'):.1f} -> "
+          f"{seg_ms(last, 'agent_end', 'pushed'):.1f} ms")
 
 
 def throughput(a, slots, tag, before_run=None, after_run=None):
@@ -954,13 +963,9 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
     for jid, dur in ((r[0], r[1]) for r in runs):
         tl = timeline.get(jid)
         t_launch = launches.get(jid, [None])[0]
-        if tl and tl.get("first_adv") is None:
-            # No git command between the push and the gate's verdict (it read the worktree it
-            # had just pushed): segment 6 is empty.
-            tl["first_adv"] = tl.get("gate")
         if tl and t_launch is not None and dur is not None and all(
                 tl.get(k) is not None for k in ("first_pre", "agent", "agent_end", "pushed",
-                                                "first_adv", "gate")):
+                                                "gate", "park_lock", "parked")):
             tls.append((jid, t_launch, dur, tl))
     print()
     print("  figures:")
