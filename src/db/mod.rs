@@ -380,6 +380,7 @@ mod tests {
         let db = Db::open(&dir.path().join("orch.db")).unwrap();
         for sql in [
             jobs::LIVE_JOBS_SQL,
+            jobs::RUNNING_COUNT_SQL,
             jobs::QUEUED_OF_FINISHED_SQL,
             tasks::ACTIVE_TASKS_SQL,
             jobs::FINISHED_SINCE_SQL,
