@@ -29,6 +29,7 @@ import calendar
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -575,7 +576,12 @@ def command_kind(cmd):
     m = GIT_CMD.search(cmd)
     if not m:
         return "?"
-    prog, rest = os.path.basename(m.group(1)), m.group(2).split()
+    prog = os.path.basename(m.group(1))
+    try:
+        # The log quotes an argument with spaces as the shell would (`-c 'core.sshCommand=…'`).
+        rest = shlex.split(m.group(2))
+    except ValueError:
+        rest = m.group(2).split()
     if prog != "git":
         return prog
     i = 0
