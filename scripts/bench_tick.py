@@ -702,6 +702,16 @@ def report_timeline(tls, drain, n_done):
           f"{seg_ms(last, 'agent_end', 'pushed'):.1f} ms")
 
 
+def orch_add(orch, cfg, i, err):
+    """`orch task add` of bench task i to repo `shop`: its wall time in ms (a failure ends the
+    benchmark)."""
+    code, wall, _ = spawn([orch, "--config", cfg, "task", "add", "--repo", "shop",
+                           "--title", f"bench task {i}"], stderr_path=err)
+    if code != 0:
+        fail(f"`orch task add` #{i} exited {code}: {open(err).read().strip()}")
+    return wall * 1000
+
+
 def throughput(a, slots, tag, before_run=None, after_run=None):
     """N analyst jobs through `slots` slots (part B with 8, part D with 1). `before_run` and
     `after_run` are called with the bare remote's path before the first tick and after the
@@ -752,11 +762,7 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
     t0 = time.perf_counter()
     err = os.path.join(world, "add.stderr")
     for i in range(1, n + 1):
-        code, wall, _ = spawn([orch, "--config", cfg, "task", "add", "--repo", "shop",
-                               "--title", f"bench task {i}"], stderr_path=err)
-        if code != 0:
-            fail(f"`orch task add` #{i} exited {code}: {open(err).read().strip()}")
-        adds.append(wall * 1000)
+        adds.append(orch_add(orch, cfg, i, err))
     add_total = time.perf_counter() - t0
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     queued = con.execute("SELECT count(*) FROM jobs WHERE role = 'analyst' AND status = 'queued'"
@@ -1253,13 +1259,9 @@ def part_e(a):
                     "repos:\n  - name: shop\n    remote: /nonexistent/shop.git\n"
                     "    prefix: SHOP\n    serial_gate: false\n")
         err = os.path.join(world, "add.stderr")
-        orch_add, pueue_add = [], []
+        orch_adds, pueue_add = [], []
         for i in range(1, n + 1):
-            code, wall, _ = spawn([orch, "--config", cfg, "task", "add", "--repo", "shop",
-                                   "--title", f"bench task {i}"], stderr_path=err)
-            if code != 0:
-                fail(f"`orch task add` #{i} exited {code}: {open(err).read().strip()}")
-            orch_add.append(wall * 1000)
+            orch_adds.append(orch_add(orch, cfg, i, err))
             code, wall, _ = spawn([pueue, "-c", pcfg, "add", "--", "true", f"bench-task-{i}"],
                                   env=penv, stderr_path=err)
             if code != 0:
@@ -1277,9 +1279,9 @@ def part_e(a):
             fail(f"`pueue status --json` lists {len(tasks)} tasks, {len(queued)} queued; "
                  f"expected {n} queued (exit {code}) {err_text}")
         pueue_bytes = len(stdout)
-        print(f"  {n} adds each: orch task add median {statistics.median(orch_add):.2f} ms "
-              f"(first tenth {statistics.median(orch_add[:n // 10]):.2f}, last tenth "
-              f"{statistics.median(orch_add[-(n // 10):]):.2f}); pueue add median "
+        print(f"  {n} adds each: orch task add median {statistics.median(orch_adds):.2f} ms "
+              f"(first tenth {statistics.median(orch_adds[:n // 10]):.2f}, last tenth "
+              f"{statistics.median(orch_adds[-(n // 10):]):.2f}); pueue add median "
               f"{statistics.median(pueue_add):.2f} ms (first tenth "
               f"{statistics.median(pueue_add[:n // 10]):.2f}, last tenth "
               f"{statistics.median(pueue_add[-(n // 10):]):.2f})")
@@ -1310,9 +1312,9 @@ def part_e(a):
         daemon_log.close()
     oq = statistics.median(walls["orch queue --json"])
     pq = statistics.median(walls["pueue status --json"])
-    oa, pa = statistics.median(orch_add), statistics.median(pueue_add)
+    oa, pa = statistics.median(orch_adds), statistics.median(pueue_add)
     record(e_queued=n, e_orch_queue_ms=oq, e_pueue_status_ms=pq, e_orch_add_ms=oa,
-           e_pueue_add_ms=pa, e_orch_add_last_ms=statistics.median(orch_add[-(n // 10):]),
+           e_pueue_add_ms=pa, e_orch_add_last_ms=statistics.median(orch_adds[-(n // 10):]),
            e_pueue_add_last_ms=statistics.median(pueue_add[-(n // 10):]))
     summary(f"E. orch vs pueue, {n} queued: queue --json {oq:.2f} ms vs pueue status --json "
             f"{pq:.2f} ms; task add {oa:.2f} ms vs pueue add {pa:.2f} ms (medians)")

@@ -94,6 +94,15 @@ pub struct Global<'a> {
     pub breaker: Option<(Ts, &'a str)>,
 }
 
+impl Global<'_> {
+    /// No job can be claimed, whatever its task: the breaker is open or every slot is taken
+    /// (the last two reasons of `wait_reason`, which hold for every job alike).
+    pub fn closed(&self) -> bool {
+        self.breaker.is_some_and(|(until, _)| until > self.now)
+            || self.running >= self.max_concurrency
+    }
+}
+
 /// The first reason (in the order of design §4.2) that keeps the job from being claimed, or
 /// `None` when it is claimable now.
 pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {

@@ -373,27 +373,9 @@ impl<'a> Gitea<'a> {
         branch: &str,
         base: &str,
     ) -> Result<Option<u64>, CallError> {
-        let what = "list forge pull requests";
-        let root = self.repo_url(repo)?;
-        for page in 1..=20 {
-            let url = format!("{root}/pulls?state=all&limit=50&page={page}");
-            let (status, body) = self.call(what, Method::Get, &url, None)?;
-            if !(200..300).contains(&status) {
-                return Err(CallError::from_status(what, status, &body));
-            }
-            let pulls: Vec<RawPull> = serde_json::from_str(&body)
-                .map_err(|e| CallError::Permanent(format!("{what}: unexpected answer: {e}")))?;
-            if let Some(p) = pulls.iter().rev().find(|p| {
-                p.head.as_ref().is_some_and(|h| h.name == branch)
-                    && p.base.as_ref().is_some_and(|b| b.name == base)
-            }) {
-                return Ok(Some(p.number));
-            }
-            if pulls.len() < 50 {
-                break;
-            }
-        }
-        Ok(None)
+        Ok(self
+            .find_pull(repo, branch, base, "all", true)?
+            .map(|p| p.number))
     }
 
     fn find_open_pr(
@@ -402,28 +384,48 @@ impl<'a> Gitea<'a> {
         branch: &str,
         base: &str,
     ) -> Result<Option<PullRequest>, CallError> {
+        Ok(self
+            .find_pull(repo, branch, base, "open", false)?
+            .map(|p| PullRequest {
+                number: p.number,
+                url: p.html_url,
+                created: false,
+            }))
+    }
+
+    /// The pull request of `branch` into `base` among those in `state` (`open`, `all`), 50 a
+    /// page and 20 pages at most: the first match of the first page that has one, or its last
+    /// when `last_in_page`.
+    fn find_pull(
+        &self,
+        repo: &ForgeRepo,
+        branch: &str,
+        base: &str,
+        state: &str,
+        last_in_page: bool,
+    ) -> Result<Option<RawPull>, CallError> {
         let what = "list forge pull requests";
         let root = self.repo_url(repo)?;
         for page in 1..=20 {
-            let url = format!("{root}/pulls?state=open&limit=50&page={page}");
+            let url = format!("{root}/pulls?state={state}&limit=50&page={page}");
             let (status, body) = self.call(what, Method::Get, &url, None)?;
             if !(200..300).contains(&status) {
                 return Err(CallError::from_status(what, status, &body));
             }
             let pulls: Vec<RawPull> = serde_json::from_str(&body)
                 .map_err(|e| CallError::Permanent(format!("{what}: unexpected answer: {e}")))?;
-            if let Some(p) = pulls.iter().find(|p| {
+            let full = pulls.len() >= 50;
+            let mut matching = pulls.into_iter().filter(|p| {
                 p.head.as_ref().is_some_and(|h| h.name == branch)
                     && p.base.as_ref().is_some_and(|b| b.name == base)
-            }) {
-                return Ok(Some(PullRequest {
-                    number: p.number,
-                    url: p.html_url.clone(),
-                    created: false,
-                }));
-            }
-            if pulls.len() < 50 {
-                break;
+            });
+            let found = if last_in_page {
+                matching.next_back()
+            } else {
+                matching.next()
+            };
+            if found.is_some() || !full {
+                return Ok(found);
             }
         }
         Ok(None)

@@ -39,6 +39,16 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
+    /// `outcome` when the fenced write that records it landed, else `Stale`: another attempt
+    /// (or a cancel, or the reaper) owned the job by then.
+    pub fn unless_stale(landed: bool, outcome: AttemptOutcome) -> AttemptOutcome {
+        if landed {
+            outcome
+        } else {
+            AttemptOutcome::Stale
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptOutcome::Done => "done",
@@ -69,11 +79,7 @@ pub fn finish_done(ctx: &Ctx, id: JobId, attempt: u32, detail: &str) -> Result<A
             crate::ctx::now(),
         )
     })?;
-    Ok(if finished {
-        AttemptOutcome::Done
-    } else {
-        AttemptOutcome::Stale
-    })
+    Ok(AttemptOutcome::unless_stale(finished, AttemptOutcome::Done))
 }
 
 /// Whether attempt `attempt` of `id` is still this supervisor's to finish.
@@ -109,11 +115,10 @@ pub fn retry_or_fail(
             "attempt {attempt}/{} failed; retry in {delay}s",
             job.max_attempts
         );
-        Ok(if requeued {
-            AttemptOutcome::Queued
-        } else {
-            AttemptOutcome::Stale
-        })
+        Ok(AttemptOutcome::unless_stale(
+            requeued,
+            AttemptOutcome::Queued,
+        ))
     } else {
         let failed = ctx.db.write(|tx| {
             let failed =
@@ -130,10 +135,6 @@ pub fn retry_or_fail(
             }
             Ok(failed)
         })?;
-        Ok(if failed {
-            AttemptOutcome::Failed
-        } else {
-            AttemptOutcome::Stale
-        })
+        Ok(AttemptOutcome::unless_stale(failed, AttemptOutcome::Failed))
     }
 }

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use crate::ctx::Ctx;
 use crate::db;
+use crate::domain::claim::Global;
 use crate::domain::ids::JobId;
 use crate::domain::stage::JobStatus;
 use crate::ops::queue::World;
@@ -120,9 +121,14 @@ pub fn claim_next(ctx: &Ctx, reuse: &mut Option<Gathered>) -> Result<Option<Clai
     let (claimed, kept) = ctx.db.write(|tx| {
         // Every slot taken or the breaker open closes dispatch for every job alike; a count and
         // a row say so without gathering the world (most ticks of a busy queue end here).
-        if db::jobs::running_count(tx)? >= ctx.config.max_concurrency
-            || db::misc::breaker(tx)?.is_some_and(|(until, _)| until > ctx.now)
-        {
+        let breaker = db::misc::breaker(tx)?;
+        let global = Global {
+            now: ctx.now,
+            running: db::jobs::running_count(tx)?,
+            max_concurrency: ctx.config.max_concurrency,
+            breaker: breaker.as_ref().map(|(t, r)| (*t, r.as_str())),
+        };
+        if global.closed() {
             return Ok((None, None));
         }
         let version = db::misc::data_version(tx)?;

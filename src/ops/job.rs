@@ -158,11 +158,7 @@ fn supervise_or_requeue(
                 job: id,
                 work_item: task.work_item.clone(),
                 role: job.role,
-                status: if requeued {
-                    AttemptOutcome::Queued
-                } else {
-                    AttemptOutcome::Stale
-                },
+                status: AttemptOutcome::unless_stale(requeued, AttemptOutcome::Queued),
                 detail,
                 advance: None,
             })

@@ -260,8 +260,7 @@ impl World {
     /// No queued job can be claimed now, whatever its task: the breaker is open or every slot
     /// is taken (the last two reasons of `wait_reason`, which hold for every job alike).
     pub fn dispatch_closed(&self) -> bool {
-        let g = self.global();
-        g.breaker.is_some_and(|(until, _)| until > g.now) || g.running >= g.max_concurrency
+        self.global().closed()
     }
 
     /// The nearest earlier non-terminal, unpaused task of the same repo.

@@ -140,9 +140,34 @@ impl Rel {
     }
 
     fn drive(&self, wi: &str, stage: &str) {
+        self.drive_with(&[], wi, stage);
+    }
+
+    /// Tick with `env` until `wi` is in `stage`.
+    fn drive_with(&self, env: &[(&str, &str)], wi: &str, stage: &str) {
         let wi = wi.to_string();
         let stage = stage.to_string();
-        tick_until(self, &[], move |w| w.stage_of(&wi) == stage, DEADLINE * 2);
+        tick_until(self, env, move |w| w.stage_of(&wi) == stage, DEADLINE * 2);
+    }
+
+    /// Tick (with `env`) until `wi` has been rolled back once from `deploy-staging` (to `to`,
+    /// when given).
+    fn drive_to_rollback(&self, env: &[(&str, &str)], wi: &str, to: Option<&str>) {
+        let to = to.map_or(String::new(), |s| format!(" AND r.to_stage = '{s}'"));
+        let sql = format!(
+            "SELECT count(*) FROM transitions r JOIN tasks t ON t.id = r.task_id \
+             WHERE t.work_item = '{wi}' AND r.from_stage = 'deploy-staging'{to} \
+             AND r.outcome = 'rolled-back'"
+        );
+        tick_until(self, env, move |w| w.sql(&sql) == "1", DEADLINE * 2);
+    }
+
+    /// The prompt of the task's latest developer job.
+    fn last_developer_prompt(&self, wi: &str) -> String {
+        self.sql(&format!(
+            "SELECT j.prompt FROM jobs j JOIN tasks t ON t.id = j.task_id WHERE t.work_item = '{wi}' \
+             AND j.role = 'developer' ORDER BY j.id DESC LIMIT 1"
+        ))
     }
 }
 
@@ -232,26 +257,11 @@ fn a_conflicting_main_rolls_back_with_the_paths_named() {
     w.drive(&wi, "testing");
     let path = format!("src/stub_{}.txt", wi.to_lowercase());
     w.push_main(&path, "main's own version of this file\n");
-    let wi2 = wi.clone();
-    tick_until(
-        &w,
-        &[],
-        move |w| {
-            w.sql(&format!(
-                "SELECT count(*) FROM transitions r JOIN tasks t ON t.id = r.task_id \
-                 WHERE t.work_item = '{wi2}' AND r.from_stage = 'deploy-staging' \
-                 AND r.to_stage = 'development' AND r.outcome = 'rolled-back'"
-            )) == "1"
-        },
-        DEADLINE * 2,
-    );
+    w.drive_to_rollback(&[], &wi, Some("development"));
     let h = w.history(&wi);
     assert!(h.contains("merge gate failed"), "{h}");
     // The next developer prompt names the conflicting path.
-    let prompt = w.sql(&format!(
-        "SELECT j.prompt FROM jobs j JOIN tasks t ON t.id = j.task_id WHERE t.work_item = '{wi}' \
-         AND j.role = 'developer' ORDER BY j.id DESC LIMIT 1"
-    ));
+    let prompt = w.last_developer_prompt(&wi);
     assert!(prompt.contains(&path), "{prompt}");
     assert!(prompt.contains("conflicts"), "{prompt}");
     assert_eq!(w.sql("SELECT count(*) FROM merge_lease"), "0", "{h}");
@@ -269,25 +279,10 @@ fn a_planted_private_key_fails_the_security_gate() {
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7s3cr3tK3yM4teri4l\n-----END RSA PRIVATE KEY-----",
         ),
     ];
-    let wi2 = wi.clone();
-    tick_until(
-        &w,
-        &env,
-        move |w| {
-            w.sql(&format!(
-                "SELECT count(*) FROM transitions r JOIN tasks t ON t.id = r.task_id \
-                 WHERE t.work_item = '{wi2}' AND r.from_stage = 'deploy-staging' \
-                 AND r.outcome = 'rolled-back'"
-            )) == "1"
-        },
-        DEADLINE * 2,
-    );
+    w.drive_to_rollback(&env, &wi, None);
     let h = w.history(&wi);
     assert!(h.contains("security scan failed"), "{h}");
-    let prompt = w.sql(&format!(
-        "SELECT j.prompt FROM jobs j JOIN tasks t ON t.id = j.task_id WHERE t.work_item = '{wi}' \
-         AND j.role = 'developer' ORDER BY j.id DESC LIMIT 1"
-    ));
+    let prompt = w.last_developer_prompt(&wi);
     assert!(
         prompt.contains("config/deploy.pem:1: private key"),
         "{prompt}"
@@ -335,21 +330,9 @@ fn gitea_answers_502_then_200_and_the_pull_request_is_merged_once() {
     gitea.data.lock().unwrap().merge_script.push_back(502);
     let wi = w.add("Ship the greeting", &[]);
     // The code's pull request is opened when it goes to review, not at the merge.
-    let wi2 = wi.clone();
-    tick_until(
-        &w,
-        &GITEA_ENV,
-        move |w| w.stage_of(&wi2) == "testing",
-        DEADLINE,
-    );
+    w.drive_with(&GITEA_ENV, &wi, "testing");
     let opened = gitea.data.lock().unwrap().pulls_created;
-    let wi2 = wi.clone();
-    tick_until(
-        &w,
-        &GITEA_ENV,
-        move |w| w.stage_of(&wi2) == "done",
-        DEADLINE * 2,
-    );
+    w.drive_with(&GITEA_ENV, &wi, "done");
     let d = gitea.data.lock().unwrap();
     assert_eq!(opened, 1, "no pull request opened at review");
     assert_eq!(d.pulls_created, 1, "a second pull request");
@@ -415,19 +398,7 @@ fn coverage_below_the_baseline_fails_and_a_higher_figure_raises_it_once() {
     std::fs::write(&figure, "lines 80.1%\nTOTAL 81.50%\n").unwrap();
     let wi = w.add("Ship the greeting", &[]);
     w.sql("INSERT INTO coverage_baseline (repo, percent, updated_at) VALUES ('shop', 85.0, 0)");
-    let wi2 = wi.clone();
-    tick_until(
-        &w,
-        &[],
-        move |w| {
-            w.sql(&format!(
-                "SELECT count(*) FROM transitions r JOIN tasks t ON t.id = r.task_id \
-                 WHERE t.work_item = '{wi2}' AND r.from_stage = 'deploy-staging' \
-                 AND r.outcome = 'rolled-back'"
-            )) == "1"
-        },
-        DEADLINE * 2,
-    );
+    w.drive_to_rollback(&[], &wi, None);
     let h = w.history(&wi);
     assert!(h.contains("coverage failed"), "{h}");
     assert!(h.contains("below the baseline 85.00%"), "{h}");
@@ -540,13 +511,7 @@ fn a_merge_job_killed_after_asking_the_forge_merges_once() {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("release.before-forge-merge"))
     });
     assert!(fired, "the failpoint never fired\n{}", w.history(&wi));
-    let wi2 = wi.clone();
-    tick_until(
-        &w,
-        &GITEA_ENV,
-        move |w| w.stage_of(&wi2) == "done",
-        DEADLINE * 2,
-    );
+    w.drive_with(&GITEA_ENV, &wi, "done");
     let d = gitea.data.lock().unwrap();
     assert_eq!(d.merges, 1, "merged {} times", d.merges);
     assert_eq!(d.merge_calls, 1);

@@ -207,18 +207,15 @@ impl Git {
         if !exists(&dir)? {
             return Ok(());
         }
-        if !(exists(&clone)? && self.is_worktree_of(&clone, &dir)?) {
+        let admin = if exists(&clone)? {
+            self.worktree_admin(&clone, &dir)?
+        } else {
+            None
+        };
+        let Some(admin) = admin else {
             return remove_if_empty_dir(&dir).with_context(ctx);
-        }
-        let admin = local_dirs(&dir)?
-            .map(|d| d.gitdir)
-            .context("the worktree lost its `.git` file")
-            .with_context(ctx)?;
-        let registry = canonical(&clone.join(".git").join("worktrees"))?;
-        let in_registry = canonical(&admin)
-            .ok()
-            .is_some_and(|a| a.parent() == Some(registry.as_path()));
-        if !in_registry || exists(&admin.join("locked"))? {
+        };
+        if exists(&admin.join("locked"))? {
             self.git_in(&clone)?
                 .args(["worktree", "remove", "--force", "--"])
                 .arg(&dir)
@@ -298,12 +295,18 @@ impl Git {
 
     /// `dir` is the top of a linked worktree of `clone` (not of some
     /// enclosing repository git found by walking up).
-    /// Read on disk (`local::is_linked_worktree_of`), without git.
+    /// Read on disk (`local::linked_worktree_admin`), without git.
     pub(super) fn is_worktree_of(&self, clone: &Path, dir: &Path) -> Result<bool> {
+        Ok(self.worktree_admin(clone, dir)?.is_some())
+    }
+
+    /// The admin dir in `clone` of the worktree at `dir`, `None` when `dir` is not one of its
+    /// worktrees; after the config refusal every read gets (`local_dirs`).
+    fn worktree_admin(&self, clone: &Path, dir: &Path) -> Result<Option<PathBuf>> {
         if local_dirs(dir)?.is_none() {
-            return Ok(false);
+            return Ok(None);
         }
-        local::is_linked_worktree_of(&clone.join(".git"), dir)
+        local::linked_worktree_admin(&clone.join(".git"), dir)
     }
 }
 

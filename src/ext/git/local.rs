@@ -72,32 +72,36 @@ pub(super) fn dirs_of(dir: &Path) -> Result<Option<Dirs>> {
     Ok(Some(Dirs { gitdir, common }))
 }
 
-/// Whether `dir` is the top of a linked worktree whose common dir is `clone_git` (the clone's
-/// `.git`): its `.git` file names an admin dir of that clone that names `dir` back.
-pub(super) fn is_linked_worktree_of(clone_git: &Path, dir: &Path) -> Result<bool> {
+/// The admin dir (canonical) of `dir` when `dir` is the top of a linked worktree whose common
+/// dir is `clone_git` (the clone's `.git`): its `.git` file names an admin dir of that clone,
+/// directly under its `worktrees/`, that names `dir` back. `None` otherwise.
+pub(super) fn linked_worktree_admin(clone_git: &Path, dir: &Path) -> Result<Option<PathBuf>> {
     let Some(d) = dirs_of(dir)? else {
-        return Ok(false);
+        return Ok(None);
     };
     if d.gitdir == d.common || !exists(&d.gitdir.join("HEAD"))? {
-        return Ok(false);
+        return Ok(None);
     }
-    let (Ok(common), Ok(clone_git)) = (fs::canonicalize(&d.common), fs::canonicalize(clone_git))
-    else {
-        return Ok(false);
+    let (Ok(common), Ok(clone_git), Ok(admin)) = (
+        fs::canonicalize(&d.common),
+        fs::canonicalize(clone_git),
+        fs::canonicalize(&d.gitdir),
+    ) else {
+        return Ok(None);
     };
-    if common != clone_git {
-        return Ok(false);
+    if common != clone_git || admin.parent() != Some(clone_git.join("worktrees").as_path()) {
+        return Ok(None);
     }
     // The admin dir's `gitdir` names the worktree's `.git` file: a copied `.git` file of
     // another worktree is not this worktree.
-    let Some(back) = read_optional(&d.gitdir.join("gitdir"))? else {
-        return Ok(false);
+    let Some(back) = read_optional(&admin.join("gitdir"))? else {
+        return Ok(None);
     };
     let back = PathBuf::from(back.trim_end_matches(['\n', '\r']));
     Ok(
         match (fs::canonicalize(&back), fs::canonicalize(dir.join(".git"))) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => false,
+            (Ok(a), Ok(b)) if a == b => Some(admin),
+            _ => None,
         },
     )
 }

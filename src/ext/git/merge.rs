@@ -54,17 +54,8 @@ impl Git {
     /// Whether commit `a` is an ancestor of (or equal to) `b`; both are shas or `origin/<b>`.
     pub fn in_history(&self, dir: &Path, a: &str, b: &str) -> Result<bool> {
         let arg = |r: &str| rev_arg(r).or_else(|_| check_sha(r).map(|_| r.to_string()));
-        let cmd = self
-            .git_in(dir)?
-            .args(["merge-base", "--is-ancestor"])
-            .arg(arg(a)?)
-            .arg(arg(b)?);
-        let out = cmd.output()?;
-        match out.code {
-            Some(0) => Ok(true),
-            Some(1) => Ok(false),
-            _ => Err(cmd.failure(&out)).context("asking git for ancestry"),
-        }
+        self.is_ancestor(dir, &arg(a)?, &arg(b)?)
+            .context("asking git for ancestry")
     }
 
     /// The paths that differ between two commits.

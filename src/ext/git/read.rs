@@ -454,17 +454,11 @@ impl Git {
     }
 
     pub(super) fn is_ancestor(&self, dir: &Path, ancestor: &str, descendant: &str) -> Result<bool> {
-        let cmd = self
-            .git_in(dir)?
+        self.git_in(dir)?
             .args(["merge-base", "--is-ancestor"])
             .arg(ancestor)
-            .arg(descendant);
-        let out = cmd.output()?;
-        match out.code {
-            Some(0) => Ok(true),
-            Some(1) => Ok(false),
-            _ => Err(cmd.failure(&out)),
-        }
+            .arg(descendant)
+            .yes_no()
     }
 
     /// Blob id of `bytes` in the object format of the repo at `dir`: hashed here, unless the

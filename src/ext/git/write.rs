@@ -103,15 +103,11 @@ impl Git {
 
     /// Whether the index of `worktree` differs from `HEAD` in `only` (everywhere when empty).
     fn staged(&self, worktree: &Path, only: &[&str]) -> Result<bool> {
-        let diff = self
+        // `diff --quiet` answers "no difference" with 0.
+        Ok(!self
             .git_in(worktree)?
             .args(["diff", "--cached", "--quiet", "--"])
-            .args(only);
-        let out = diff.output()?;
-        match out.code {
-            Some(0) => Ok(false),
-            Some(1) => Ok(true),
-            _ => Err(diff.failure(&out)),
-        }
+            .args(only)
+            .yes_no()?)
     }
 }

@@ -283,6 +283,17 @@ impl Cmd {
         }
     }
 
+    /// A question git answers with its exit code (`merge-base --is-ancestor`, `diff --quiet`):
+    /// exit 0 is yes, exit 1 is no, and anything else the failure [`Cmd::checked`] would report.
+    pub fn yes_no(&self) -> Result<bool> {
+        let out = self.output()?;
+        match out.code {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(self.failure(&out)),
+        }
+    }
+
     /// The error [`Cmd::checked`] would return for `out`; for callers that
     /// treat some non-zero exits as answers (e.g. `git diff --quiet`) and
     /// the rest as failures.

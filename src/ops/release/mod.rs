@@ -121,11 +121,7 @@ fn finish(
                 }
                 Ok(moved)
             })?;
-            let status = if requeued {
-                AttemptOutcome::Queued
-            } else {
-                AttemptOutcome::Stale
-            };
+            let status = AttemptOutcome::unless_stale(requeued, AttemptOutcome::Queued);
             Ok(report(status, why, None))
         }
         Ending::Held(why) => {
@@ -139,11 +135,7 @@ fn finish(
                 crate::ops::notify::alert(ctx, tx, Some(&fresh), &text);
                 db::jobs::finish(tx, job.id, attempt, JobStatus::Done, Some(&why), ctx.now)
             })?;
-            let status = if finished {
-                AttemptOutcome::Done
-            } else {
-                AttemptOutcome::Stale
-            };
+            let status = AttemptOutcome::unless_stale(finished, AttemptOutcome::Done);
             Ok(report(status, why, None))
         }
         Ending::Done { detail, advance } => {

@@ -595,24 +595,7 @@ fn git_ok(bare: &std::path::Path, args: &[&str]) -> bool {
 
 /// `git <args>` in a bare repo, its trimmed stdout (panics on failure: a broken fake).
 fn git_out(bare: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(bare)
-        .args([
-            "-c",
-            "user.name=fake-gitea",
-            "-c",
-            "user.email=gitea@fake.invalid",
-        ])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "fake gitea: git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    crate::support::git(bare, args)
 }
 
 // ------------------------------------------------------------------------------ Telegram
