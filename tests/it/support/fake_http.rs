@@ -1,5 +1,6 @@
 //! The one fake HTTP server of the tests: HTTP/1.1 on `127.0.0.1:0` in the test process, one
-//! thread per connection, every answer `Connection: close`. A handler decides each answer; the
+//! thread per connection, every answer `Connection: close` (with the headers a handler adds; or
+//! none at all, for a service that accepts and hangs). A handler decides each answer; the
 //! server logs every request that reached it and can fail on demand: answer 503 to everything,
 //! or stop listening so connections are refused (and come back on the same port).
 //!
@@ -47,6 +48,11 @@ pub struct Reply {
     status: u16,
     content_type: &'static str,
     body: Vec<u8>,
+    /// Extra response headers (`Retry-After`, rate-limit headers), in order.
+    headers: Vec<(String, String)>,
+    /// Never answer: hold the connection open, reading nothing more, until the client gives up
+    /// or the server stops (a service that accepts and then hangs).
+    hang: bool,
 }
 
 impl Reply {
@@ -61,6 +67,8 @@ impl Reply {
             status,
             content_type: "application/json",
             body,
+            headers: Vec::new(),
+            hang: false,
         }
     }
 
@@ -69,7 +77,34 @@ impl Reply {
             status,
             content_type: "text/plain",
             body: body.as_bytes().to_vec(),
+            headers: Vec::new(),
+            hang: false,
         }
+    }
+
+    /// A server-sent event stream (`text/event-stream`), sent whole.
+    pub fn event_stream(body: String) -> Reply {
+        Reply {
+            status: 200,
+            content_type: "text/event-stream",
+            body: body.into_bytes(),
+            headers: Vec::new(),
+            hang: false,
+        }
+    }
+
+    /// An answer that never comes: the connection stays open and silent.
+    pub fn hang() -> Reply {
+        Reply {
+            hang: true,
+            ..Reply::text(200, "")
+        }
+    }
+
+    /// The same answer with one more response header.
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
     }
 }
 
@@ -145,9 +180,10 @@ impl Server {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (mode, handler, log) = (mode.clone(), handler.clone(), log.clone());
+                let (mode, handler, log, stop) =
+                    (mode.clone(), handler.clone(), log.clone(), stop.clone());
                 std::thread::spawn(move || {
-                    let _ = handle(conn, &mode, &*handler, &log);
+                    let _ = handle(conn, &mode, &*handler, &log, &stop);
                 });
             }
         });
@@ -214,6 +250,7 @@ fn handle(
     mode: &Mutex<Mode>,
     handler: &Handler,
     log: &Mutex<Vec<Request>>,
+    stop: &AtomicBool,
 ) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -257,26 +294,61 @@ fn handle(
         log.lock().unwrap().push(req.clone());
         handler(&req)
     };
+    if reply.hang {
+        // Hold the connection until the client closes it (a read returns) or the fake stops.
+        conn.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let mut byte = [0u8; 1];
+        let mut c = &conn;
+        while !stop.load(Ordering::SeqCst) {
+            match c.read(&mut byte) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue;
+                }
+                Err(_) => break,
+            }
+        }
+        return Ok(());
+    }
     let reason = match reply.status {
         200 => "OK",
         201 => "Created",
+        202 => "Accepted",
         204 => "No Content",
+        304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
+        405 => "Method Not Allowed",
         409 => "Conflict",
+        422 => "Unprocessable Entity",
+        423 => "Locked",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
+        529 => "Site Overloaded",
         _ => "Status",
     };
-    let mut out = conn;
-    write!(
-        out,
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+    let mut head = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         reply.status,
         reply.content_type,
         reply.body.len()
-    )?;
+    );
+    for (k, v) in &reply.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut out = conn;
+    out.write_all(head.as_bytes())?;
     out.write_all(&reply.body)?;
     out.flush()
 }
