@@ -158,15 +158,19 @@ pub enum Command {
     },
     /// Print a job's log; with -f follow it until the job ends, then exit with its outcome
     Logs {
-        /// A job id, or a task (`SHOP-7`): its running job, else its newest
+        /// A job id, or a task (`SHOP-7`): its running job, else its newest (with `--agent`: the
+        /// last that ran an agent)
         #[arg(value_name = "JOB-ID | WORK-ITEM")]
         target: String,
         /// Follow the log like `tail -f` until the job ends (exit 0 done, 1 failed, 3 cancelled)
         #[arg(short, long)]
         follow: bool,
-        /// The agent's output (`job-<id>.agent.log`) instead of the supervisor's log
+        /// Only the agent's output (`job-<id>.agent.log`), one line per step
         #[arg(long)]
         agent: bool,
+        /// The agent's output as the CLI printed it: one JSON event per line
+        #[arg(long)]
+        raw: bool,
     },
     /// Transition and merge leases
     #[command(subcommand)]

@@ -221,7 +221,8 @@ fn dispatch(cli: Cli) -> Result<Code> {
             target,
             follow,
             agent,
-        } => cmd::logs::run(&mut ctx, &target, follow, agent),
+            raw,
+        } => cmd::logs::run(&mut ctx, &target, follow, agent, raw),
         Command::Doctor { .. } | Command::Completions { .. } | Command::Man | Command::Debug(_) => {
             unreachable!("handled before the context is built")
         }

@@ -1,8 +1,12 @@
-//! `orch logs <job-id | WORK-ITEM> [-f] [--agent]`: print a job's log; with `-f` follow it like
-//! `tail -f` until the job ends, then exit with its outcome (0 done, 1 failed, 3 cancelled).
-//! Reads the database read-only and never writes anything.
+//! `orch logs <job-id | WORK-ITEM> [-f] [--agent] [--raw]`: print a job's log; with `-f` follow
+//! it like `tail -f` until the job ends, then exit with its outcome (0 done, 1 failed, 3
+//! cancelled). The supervisor's log comes with the agent's output of that job, rendered one line
+//! per step (`domain::stream::Render`); `--agent` shows the agent's output alone, `--raw` as the
+//! CLI printed it (one JSON event per line). Reads the database read-only and never writes
+//! anything.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -10,6 +14,7 @@ use serde::Serialize;
 
 use crate::ctx::Ctx;
 use crate::db;
+use crate::domain::stream::Render;
 use crate::error::{Code, usage};
 use crate::ops::logs;
 use crate::output;
@@ -27,67 +32,144 @@ struct LogOut {
     text: String,
 }
 
-pub fn run(ctx: &mut Ctx, target: &str, follow: bool, agent: bool) -> Result<Code> {
+/// One file being printed: where it is, how far it was read, and how its lines are shown.
+struct Source {
+    path: PathBuf,
+    offset: u64,
+    pending: Vec<u8>,
+    /// `None`: lines as they are (the supervisor's log, or `--raw`).
+    render: Option<Render>,
+    /// Printed before its first line, when the output mixes two files.
+    heading: Option<String>,
+}
+
+impl Source {
+    fn new(path: PathBuf, render: bool, heading: Option<String>) -> Source {
+        Source {
+            path,
+            offset: 0,
+            pending: Vec::new(),
+            render: render.then(Render::default),
+            heading,
+        }
+    }
+
+    /// Print every whole line added since the last call (and the rest when `end`).
+    fn pump(&mut self, end: bool) -> Result<()> {
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return Ok(());
+        };
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)
+            .with_context(|| format!("reading `{}`", self.path.display()))?;
+        self.offset += buf.len() as u64;
+        self.pending.extend_from_slice(&buf);
+        // Whole lines only, so a masked URL or a JSON event is never split across two writes.
+        let cut = if end {
+            Some(self.pending.len())
+        } else {
+            self.pending
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map(|i| i + 1)
+        };
+        let Some(cut) = cut.filter(|c| *c > 0) else {
+            return Ok(());
+        };
+        let rest = self.pending.split_off(cut);
+        let chunk =
+            String::from_utf8_lossy(&std::mem::replace(&mut self.pending, rest)).into_owned();
+        let text = match &mut self.render {
+            None => chunk,
+            Some(r) => {
+                let mut out = String::new();
+                for line in chunk.lines() {
+                    for shown in r.line(line) {
+                        out.push_str(&shown);
+                        out.push('\n');
+                    }
+                }
+                out
+            }
+        };
+        if text.is_empty() {
+            return Ok(());
+        }
+        if let Some(h) = self.heading.take() {
+            output::line(&h);
+        }
+        output::text(&text);
+        if end && !text.ends_with('\n') {
+            output::text("\n");
+        }
+        Ok(())
+    }
+}
+
+pub fn run(ctx: &mut Ctx, target: &str, follow: bool, agent: bool, raw: bool) -> Result<Code> {
     if follow && ctx.json {
         return Err(usage(
             "`--follow` streams text; drop `--json` (without `-f`, `--json` prints the log as one object)",
         ));
     }
-    let job = logs::job_of(ctx, target)?;
-    let path = logs::path(&ctx.config, job.id, agent);
-    if !follow {
-        let text = match std::fs::read(&path) {
+    let job = logs::job_of(ctx, target, agent)?;
+    let supervisor = logs::path(&ctx.config, job.id, false);
+    let agent_log = logs::path(&ctx.config, job.id, true);
+    if ctx.json {
+        let path = if agent { &agent_log } else { &supervisor };
+        let text = match std::fs::read(path) {
             Ok(b) => String::from_utf8_lossy(&b).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(e).with_context(|| format!("reading `{}`", path.display())),
         };
-        if ctx.json {
-            output::json(&LogOut {
-                schema_version: 1,
-                job_id: job.id.0,
-                status: job.status.to_string(),
-                path: path.display().to_string(),
-                exists: path.exists(),
-                text,
-            });
-        } else if path.exists() {
-            output::text(&text);
-        } else {
+        output::json(&LogOut {
+            schema_version: 1,
+            job_id: job.id.0,
+            status: job.status.to_string(),
+            path: path.display().to_string(),
+            exists: path.exists(),
+            text,
+        });
+        return Ok(Code::Ok);
+    }
+    let mut sources = Vec::new();
+    if !agent {
+        sources.push(Source::new(supervisor.clone(), false, None));
+    }
+    // A job of an agent role shows its agent's output too (a runner's job has none).
+    if agent || job.role.is_agent() {
+        let heading =
+            (!agent).then(|| format!("── agent output of job {} ({}) ──", job.id.0, job.role));
+        sources.push(Source::new(agent_log.clone(), !raw, heading));
+    }
+    if !follow {
+        for s in &mut sources {
+            s.pump(true)?;
+        }
+        if !sources.iter().any(|s| s.path.exists()) {
+            let path = if agent { &agent_log } else { &supervisor };
             tracing::warn!(
-                "job {} ({}) has no log yet at `{}`",
+                "job {} ({}, {}) has no log yet at `{}`",
                 job.id.0,
+                job.role,
                 job.status,
                 path.display()
             );
         }
         return Ok(Code::Ok);
     }
-    let mut offset = 0u64;
-    let mut pending = Vec::new();
     loop {
         // Look at the status first, then read: the lines a job wrote before it ended are
         // printed before the follower leaves.
         let status = db::jobs::get(ctx.db.conn(), job.id)?
             .map(|j| j.status)
             .unwrap_or(job.status);
-        if let Ok(mut f) = std::fs::File::open(&path) {
-            f.seek(SeekFrom::Start(offset))?;
-            let mut buf = Vec::new();
-            f.read_to_end(&mut buf)?;
-            offset += buf.len() as u64;
-            pending.extend_from_slice(&buf);
-            // Whole lines only, so a masked URL is never split across two writes.
-            if let Some(end) = pending.iter().rposition(|b| *b == b'\n') {
-                let rest = pending.split_off(end + 1);
-                output::text(&String::from_utf8_lossy(&pending));
-                pending = rest;
-            }
+        let ending = logs::ending(status);
+        for s in &mut sources {
+            s.pump(ending.is_some())?;
         }
-        if let Some(code) = logs::ending(status) {
-            if !pending.is_empty() {
-                output::text(&String::from_utf8_lossy(&pending));
-                output::text("\n");
-            }
+        if let Some(code) = ending {
             eprintln!("job {} is {status}", job.id.0);
             return Ok(code);
         }

@@ -39,6 +39,8 @@ struct CostRow {
     cost_usd: f64,
     input_tokens: u64,
     output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
     wall_s: u64,
 }
 
@@ -60,6 +62,8 @@ fn cost_row(work_item: String, repo: String, stage: String, s: &db::usage::Spent
         cost_usd: s.cost_usd,
         input_tokens: s.input_tokens,
         output_tokens: s.output_tokens,
+        cache_read_tokens: s.cache_read_tokens,
+        cache_write_tokens: s.cache_write_tokens,
         wall_s: s.wall_ms / 1000,
     }
 }
@@ -85,6 +89,8 @@ fn cost(ctx: &Ctx, since: Option<&str>, repo: Option<&str>) -> Result<Code> {
         total.cost_usd += r.spent.cost_usd;
         total.input_tokens += r.spent.input_tokens;
         total.output_tokens += r.spent.output_tokens;
+        total.cache_read_tokens += r.spent.cache_read_tokens;
+        total.cache_write_tokens += r.spent.cache_write_tokens;
         total.wall_ms += r.spent.wall_ms;
     }
     let tasks: Vec<CostRow> = rows
@@ -116,6 +122,7 @@ fn cost(ctx: &Ctx, since: Option<&str>, repo: Option<&str>) -> Result<Code> {
             c.runs.to_string(),
             format!("${:.2}", c.cost_usd),
             format!("{} / {}", c.input_tokens, c.output_tokens),
+            format!("{} / {}", c.cache_read_tokens, c.cache_write_tokens),
             human_duration(c.wall_s as i64),
         ]
     };
@@ -139,6 +146,7 @@ fn cost(ctx: &Ctx, since: Option<&str>, repo: Option<&str>) -> Result<Code> {
             "runs",
             "cost",
             "tokens in / out",
+            "cache r / w",
             "wall",
         ],
         table,

@@ -94,10 +94,12 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
             ));
             let total = &d.cost.total;
             output::line(&format!(
-                "agents: {} run(s), {} tokens in / {} out, ${:.4}, wall {}{}",
+                "agents: {} run(s), tokens in / out {} / {}, cache r / w {} / {}, ${:.4}, wall {}{}",
                 total.runs,
                 total.input_tokens,
                 total.output_tokens,
+                total.cache_read_tokens,
+                total.cache_write_tokens,
                 total.cost_usd,
                 human_duration(total.wall_s as i64),
                 d.cost
@@ -181,7 +183,14 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
             if !d.cost.stages.is_empty() {
                 output::table(
                     Some("agent cost per stage"),
-                    &["stage", "runs", "tokens in / out", "cost", "wall"],
+                    &[
+                        "stage",
+                        "runs",
+                        "tokens in / out",
+                        "cache r / w",
+                        "cost",
+                        "wall",
+                    ],
                     d.cost
                         .stages
                         .iter()
@@ -190,6 +199,10 @@ pub fn run(ctx: &mut Ctx, cmd: TaskCmd) -> Result<Code> {
                                 s.stage.clone(),
                                 s.spent.runs.to_string(),
                                 format!("{} / {}", s.spent.input_tokens, s.spent.output_tokens),
+                                format!(
+                                    "{} / {}",
+                                    s.spent.cache_read_tokens, s.spent.cache_write_tokens
+                                ),
                                 format!("${:.4}", s.spent.cost_usd),
                                 human_duration(s.spent.wall_s as i64),
                             ]

@@ -1,6 +1,9 @@
 //! The types of `orch.yaml` with their defaults, and the accessors every use-case shares
 //! (`Config::{plane, gitea, telegram, secret_env_names}`, `RepoCfg::{contracts, git_ref,
 //! forge}`). Parsing and validating are `load`'s and `validate`'s.
+//!
+//! Long file: the whole schema of `orch.yaml` is here, every key beside its type and its
+//! default, so that what a key means and what it defaults to read in one place.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,6 +48,18 @@ pub struct AgentCfg {
     pub usage_limit_backoff_s: u64,
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
+    /// How many times one job is re-queued without spending an attempt when the agent's
+    /// provider is overloaded, failing or unreachable (529, 5xx, connection errors, no answer);
+    /// past that, an outage spends attempts like any failure.
+    #[serde(default = "default_outage_retries")]
+    pub outage_retries: u32,
+    /// This many agent runs in a row (across jobs) ending in a provider outage open the
+    /// dispatch breaker for `outage_breaker_s`; an agent that cannot work on this host at all
+    /// (no valid login, a program that cannot start) opens it at once. 0: never.
+    #[serde(default = "default_outage_breaker_after")]
+    pub outage_breaker_after: u32,
+    #[serde(default = "default_outage_breaker_s")]
+    pub outage_breaker_s: u64,
     /// The most a task's agents may cost, in US dollars: a task whose next agent job would
     /// take its spending past this is held with the reason instead of launched. `None`: no
     /// budget.
@@ -104,6 +119,9 @@ impl Default for AgentCfg {
             inactivity_timeout_s: default_inactivity(),
             usage_limit_backoff_s: default_usage_backoff(),
             max_attempts: default_max_attempts(),
+            outage_retries: default_outage_retries(),
+            outage_breaker_after: default_outage_breaker_after(),
+            outage_breaker_s: default_outage_breaker_s(),
             budget_usd: None,
             env_allow: Vec::new(),
             sandbox: None,
@@ -123,6 +141,10 @@ pub struct RoleCfg {
     /// The tools the role's agent may use without asking (`{tools}` in `agent.argv`, handed
     /// to `--allowedTools`); default per role: `domain::agent::default_tools`.
     pub tools: Option<String>,
+    /// The tools the role's agent is not offered at all (`{disallowed_tools}`, handed to
+    /// `--disallowedTools`); default: `domain::agent::default_disallowed_tools`. An empty
+    /// string drops the flag.
+    pub disallowed_tools: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -479,6 +501,12 @@ pub(super) fn default_lock_timeout() -> u64 {
     600
 }
 
+/// The Claude Code command line that keeps each role to its tools: `dontAsk` refuses whatever
+/// `--allowedTools` does not name (`acceptEdits` auto-approved `rm`, `mv`, `sed -i` and shell
+/// redirections inside the worktree whatever the list said), `--setting-sources user` keeps the
+/// repository's own `.claude/settings*.json` (and their hooks, which `--print` runs on every
+/// tool call) out, and `--disallowedTools` takes the tools a role must not have off the list
+/// the model is offered.
 pub(super) fn default_agent_argv() -> Vec<String> {
     [
         "claude",
@@ -488,12 +516,18 @@ pub(super) fn default_agent_argv() -> Vec<String> {
         "stream-json",
         "--model",
         "{model}",
+        "--effort",
+        "{effort}",
         "--system-prompt-file",
         "{prompt_file}",
         "--permission-mode",
-        "acceptEdits",
+        "dontAsk",
+        "--setting-sources",
+        "user",
         "--allowedTools",
         "{tools}",
+        "--disallowedTools",
+        "{disallowed_tools}",
     ]
     .map(String::from)
     .to_vec()
@@ -511,6 +545,15 @@ pub(super) fn default_usage_backoff() -> u64 {
 }
 pub(super) fn default_max_attempts() -> u32 {
     3
+}
+pub(super) fn default_outage_retries() -> u32 {
+    5
+}
+pub(super) fn default_outage_breaker_after() -> u32 {
+    3
+}
+pub(super) fn default_outage_breaker_s() -> u64 {
+    600
 }
 pub(super) fn default_main() -> String {
     "main".into()

@@ -381,14 +381,16 @@ pub struct AgentRun<'a> {
     pub cache_write_tokens: Option<i64>,
     pub cost_usd: Option<f64>,
     pub session_id: Option<&'a str>,
+    /// How the run ended when it did not succeed (`domain::agent::RunClass::fault`).
+    pub fault: Option<&'a str>,
 }
 
 pub fn insert_agent_run(c: &Connection, r: &AgentRun<'_>) -> Result<()> {
     c.execute(
         "INSERT INTO agent_runs (job_id, task_id, role, model, effort, started_at, finished_at, \
          duration_ms, exit_code, input_tokens, output_tokens, cache_read_tokens, \
-         cache_write_tokens, cost_usd, session_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+         cache_write_tokens, cost_usd, session_id, fault) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         params![
             r.job_id.0,
             r.task_id.0,
@@ -404,10 +406,29 @@ pub fn insert_agent_run(c: &Connection, r: &AgentRun<'_>) -> Result<()> {
             r.cache_read_tokens,
             r.cache_write_tokens,
             r.cost_usd,
-            r.session_id
+            r.session_id,
+            r.fault
         ],
     )?;
     Ok(())
+}
+
+/// How many runs of job `id` ended in a provider outage.
+pub fn outages_of(c: &Connection, id: JobId) -> Result<u32> {
+    Ok(c.query_row(
+        "SELECT count(*) FROM agent_runs WHERE job_id = ?1 AND fault = 'outage'",
+        [id.0],
+        |r| r.get(0),
+    )?)
+}
+
+/// The faults of the newest `n` agent runs of any job, newest first (`None`: a success).
+pub fn last_faults(c: &Connection, n: u32) -> Result<Vec<Option<String>>> {
+    let mut stmt = c.prepare_cached("SELECT fault FROM agent_runs ORDER BY id DESC LIMIT ?1")?;
+    let rows = stmt
+        .query_map([n], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 /// The session id of the newest run of a job (to resume it on retry). It goes into the agent's

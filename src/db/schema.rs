@@ -284,4 +284,10 @@ CREATE INDEX release_steps_proof ON release_steps(task_id) WHERE step = 'merge' 
 ALTER TABLE transitions ADD COLUMN by_person TEXT;
 CREATE INDEX lessons_unrelayed ON lessons(id) WHERE kind = 'alert-unrelayed';
 "#,
+    // 8: what each agent run's end was (`limit`, `outage`, `environment`, `failed`; NULL for a
+    // success, and for rows from before): a job's outages are counted against its cap, and the
+    // last runs across jobs say whether the provider is down (design §4.4).
+    r#"
+ALTER TABLE agent_runs ADD COLUMN fault TEXT;
+"#,
 ];

@@ -19,11 +19,15 @@ pub struct Spent {
     pub cost_usd: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache, and written to it.
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
     pub wall_ms: u64,
 }
 
 const SUMS: &str = "count(*), coalesce(sum(a.cost_usd), 0.0), coalesce(sum(a.input_tokens), 0), \
-    coalesce(sum(a.output_tokens), 0), coalesce(sum(a.duration_ms), 0)";
+    coalesce(sum(a.output_tokens), 0), coalesce(sum(a.cache_read_tokens), 0), \
+    coalesce(sum(a.cache_write_tokens), 0), coalesce(sum(a.duration_ms), 0)";
 
 fn spent_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Spent> {
     let n = |k: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i + k)?.max(0) as u64) };
@@ -32,7 +36,9 @@ fn spent_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Spent> {
         cost_usd: r.get(i + 1)?,
         input_tokens: n(2)?,
         output_tokens: n(3)?,
-        wall_ms: n(4)?,
+        cache_read_tokens: n(4)?,
+        cache_write_tokens: n(5)?,
+        wall_ms: n(6)?,
     })
 }
 

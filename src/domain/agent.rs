@@ -1,12 +1,14 @@
 //! How an agent run is set up and read back (design §4.4), as pure functions: model and effort
-//! resolution with validation, the argv template, the agent's final `result` JSON (with its
-//! session id checked), usage-limit detection and the retry backoff. Launching the process is
-//! `ext::proc`'s job.
+//! resolution with validation, the argv template, each role's tools and write scope, the
+//! agent's final `result` JSON (with its session id checked) and the retry backoff. Launching
+//! the process is `ext::proc`'s job; reading the stream line by line is `domain::stream`'s, and
+//! what a finished run was is `domain::run`'s.
 //!
 //! What the agent prints is data, never an instruction: a decision reads only the structured
-//! fields of the CLI's `result` object (`is_error`, `subtype`, `terminal_reason`, `error`), never
-//! words in its text or in the output around it, and a value from it that will reach an argv is
-//! validated first.
+//! fields of the CLI's events (`is_error`, `terminal_reason`, `api_error_status`,
+//! `api_error_type`, `api_error`, the `rate_limit_info` of a rejected limit), never words in its
+//! text or in the output around it, and a value from it that will reach an argv is validated
+//! first.
 
 use crate::domain::stage::Role;
 use serde_json::Value;
@@ -52,22 +54,132 @@ pub fn resolve(
     (None, warnings)
 }
 
-/// The tools a role's agent may use without asking (`{tools}`; Claude CLI `--allowedTools`).
-/// Every role reads the repository and writes its artifacts; the roles that build and run
-/// code (developer, tester, deployer) also get the shell. Headless (`--print`), a tool that is
-/// not allowed is refused, and an agent without `Write` exits 0 having changed nothing.
+/// The tools a role's agent may use without asking (`{tools}`; Claude CLI `--allowedTools`,
+/// the names of Claude Code 2.1). Every role reads the repository and writes its artifacts;
+/// the roles that build and run code (developer, tester, deployer) also get the shell, the
+/// others read-only git commands. With `--permission-mode dontAsk` anything else is refused,
+/// and an agent without `Write` exits 0 having changed nothing.
 pub fn default_tools(role: Role) -> &'static str {
     match role {
         Role::Analyst | Role::Architect | Role::Reviewer => {
-            "Read Glob Grep LS Write Edit MultiEdit TodoWrite Bash(git log:*) Bash(git diff:*) \
-             Bash(git show:*) Bash(git status:*) Bash(ls:*)"
+            "Read Glob Grep Write Edit Bash(git log:*) Bash(git diff:*) Bash(git show:*) \
+             Bash(git status:*) Bash(ls:*)"
         }
-        Role::Developer | Role::Tester | Role::Deployer => {
-            "Read Glob Grep LS Write Edit MultiEdit TodoWrite Bash"
-        }
+        Role::Developer | Role::Tester | Role::Deployer => "Read Glob Grep Write Edit Bash",
         // Deterministic roles: no agent is ever launched for them (`Role::is_agent`).
         Role::Releaser | Role::Monitor => "",
     }
+}
+
+/// The tools a role's agent is not even offered (`{disallowed_tools}`; `--disallowedTools`):
+/// `--allowedTools` only pre-approves, and the model would still see sub-agents, the web,
+/// schedulers and the rest of the CLI's tools. A name the CLI does not know is ignored by it.
+pub fn default_disallowed_tools(role: Role) -> &'static str {
+    match role {
+        Role::Analyst
+        | Role::Architect
+        | Role::Reviewer
+        | Role::Developer
+        | Role::Tester
+        | Role::Deployer => {
+            "Agent Task WebFetch WebSearch NotebookEdit Skill ToolSearch Workflow CronCreate \
+             CronDelete CronList ScheduleWakeup Monitor SendMessage ListAgents TaskStop \
+             EnterWorktree ExitWorktree DesignSync ReportFindings RemoteTrigger"
+        }
+        Role::Releaser | Role::Monitor => "",
+    }
+}
+
+/// Where a role's agent may write, relative to the worktree: `None` for the developer (code
+/// anywhere; see [`protected`]), else the names it may create or change under
+/// `docs/work-items/<WI>/` (a trailing `/` is a directory and everything below it, a trailing
+/// `*` any name with that prefix). A job whose changes leave its scope commits nothing.
+pub fn write_scope(role: Role) -> Option<&'static [&'static str]> {
+    match role {
+        Role::Developer => None,
+        Role::Analyst => Some(&["00-*", "01-*", "02-*", "03-*", "04-*", "05-*"]),
+        Role::Architect => Some(&["06-adr/"]),
+        Role::Reviewer => Some(&["12-review.md"]),
+        Role::Tester => Some(&["13-test-report.md"]),
+        Role::Deployer => Some(&["14-deploy-log.md", "15-staging-log.md"]),
+        // Deterministic roles commit only the reports they write (`commit_paths`).
+        Role::Releaser | Role::Monitor => Some(&[]),
+    }
+}
+
+/// The paths of `changed` (worktree-relative, `/`-separated) that `role`'s job of `work_item`
+/// may not change.
+pub fn out_of_scope(role: Role, work_item: &str, changed: &[String]) -> Vec<String> {
+    let Some(allowed) = write_scope(role) else {
+        return Vec::new();
+    };
+    let dir = format!("docs/work-items/{work_item}/");
+    changed
+        .iter()
+        .filter(|p| {
+            let Some(rest) = p.strip_prefix(&dir) else {
+                return true;
+            };
+            !allowed
+                .iter()
+                .any(|a| match (a.strip_suffix('/'), a.strip_suffix('*')) {
+                    (Some(d), _) => rest.starts_with(&format!("{d}/")),
+                    (_, Some(prefix)) => rest.starts_with(prefix) && !rest.contains('/'),
+                    _ => rest == *a,
+                })
+        })
+        .cloned()
+        .collect()
+}
+
+/// The kind [`protected`] names for another stage's artifact.
+pub const STAGE_ARTIFACT: &str = "another stage's artifact";
+
+/// Why a path is one that nobody but a human changes without it being shown in review: the
+/// agents' own settings (the CLI's project settings and hooks, memory files read into every
+/// later prompt, MCP servers), CI configuration, and orch's artifacts of another stage or
+/// another work item. `None`: an ordinary path. The developer may change these; the reviewer's
+/// prompt then lists them.
+pub fn protected(path: &str, work_item: &str) -> Option<&'static str> {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    if path.starts_with(".claude/")
+        || path == ".mcp.json"
+        || file == "CLAUDE.md"
+        || file == "CLAUDE.local.md"
+    {
+        return Some("agent settings");
+    }
+    const CI_DIRS: [&str; 6] = [
+        ".github/workflows/",
+        ".gitea/workflows/",
+        ".forgejo/workflows/",
+        ".woodpecker/",
+        ".circleci/",
+        ".buildkite/",
+    ];
+    const CI_FILES: [&str; 8] = [
+        ".gitlab-ci.yml",
+        ".woodpecker.yml",
+        ".woodpecker.yaml",
+        ".drone.yml",
+        ".travis.yml",
+        "Jenkinsfile",
+        "azure-pipelines.yml",
+        "bitbucket-pipelines.yml",
+    ];
+    if CI_DIRS.iter().any(|d| path.starts_with(d)) || CI_FILES.contains(&path) {
+        return Some("CI configuration");
+    }
+    if let Some(rest) = path.strip_prefix("docs/work-items/") {
+        let (wi, inner) = rest.split_once('/').unwrap_or((rest, ""));
+        if wi != work_item {
+            return Some("another work item's artifacts");
+        }
+        if !inner.starts_with("10-") {
+            return Some(STAGE_ARTIFACT);
+        }
+    }
+    None
 }
 
 /// Expand the argv template. A `{name}` whose value is `None` removes its argument, and when
@@ -113,6 +225,13 @@ pub struct AgentResult {
     /// The API error type of a failed run (`error.type`, or `error` when it is a string), such
     /// as `rate_limit_error`.
     pub error_type: Option<String>,
+    /// Claude Code 2.1: the HTTP status of the API answer that ended the run (429, 529, …).
+    pub api_error_status: Option<i64>,
+    /// Claude Code 2.1: the API's error type (`rate_limit_error`, `overloaded_error`, …).
+    pub api_error_type: Option<String>,
+    /// Claude Code 2.1: the CLI's own name for what failed (`usage_limit_reached`,
+    /// `connection_failed`).
+    pub api_error: Option<String>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub cache_read_tokens: Option<i64>,
@@ -176,12 +295,26 @@ pub fn parse_result(line: &str) -> Option<AgentResult> {
             Some(Value::Object(e)) => e.get("type").and_then(Value::as_str).map(String::from),
             _ => None,
         },
+        api_error_status: o.get("api_error_status").and_then(Value::as_i64),
+        api_error_type: word(o.get("api_error_type")),
+        api_error: word(o.get("api_error")),
         input_tokens: num("input_tokens"),
         output_tokens: num("output_tokens"),
         cache_read_tokens: num("cache_read_input_tokens"),
         cache_write_tokens: num("cache_creation_input_tokens"),
         cost_usd: o.get("total_cost_usd").and_then(Value::as_f64),
     })
+}
+
+/// A short identifier from the stream (`rate_limit_error`), or `None` for anything else.
+fn word(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str)
+        .filter(|s| {
+            (1..=64).contains(&s.len())
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+        .map(String::from)
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -193,18 +326,6 @@ fn json_kind(v: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
-}
-
-/// A usage-limit answer, from the CLI's structured result only: an error result whose
-/// `terminal_reason` is `blocking_limit` or whose API error type is `rate_limit_error`. The
-/// result's text and the output around it are the agent's words (data): an agent that prints
-/// "usage limit reached" has not hit one, and must not stop all dispatch.
-pub fn is_usage_limit(result: Option<&AgentResult>) -> bool {
-    result.is_some_and(|r| {
-        r.is_error
-            && (r.terminal_reason.as_deref() == Some("blocking_limit")
-                || r.error_type.as_deref() == Some("rate_limit_error"))
-    })
 }
 
 /// The budget rule (`agent.budget_usd`): a task's next agent job is expected to cost what its
@@ -336,62 +457,92 @@ mod tests {
     }
 
     #[test]
-    fn only_the_structured_result_says_usage_limit() {
-        let limited = |line: &str| is_usage_limit(parse_result(line).as_ref());
-        for (line, want) in [
-            (
-                r#"{"type":"result","subtype":"error","is_error":true,"result":"Claude AI usage limit reached|1","terminal_reason":"blocking_limit"}"#,
-                true,
-            ),
-            (
-                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"result":"x","error":{"type":"rate_limit_error","message":"slow down"}}"#,
-                true,
-            ),
-            (
-                r#"{"type":"result","is_error":true,"result":"x","error":"rate_limit_error"}"#,
-                true,
-            ),
-            // The same signal on a successful result is contradictory, not a limit.
-            (
-                r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","terminal_reason":"blocking_limit"}"#,
-                false,
-            ),
-            // An error of another kind.
-            (
-                r#"{"type":"result","subtype":"error","is_error":true,"result":"x","error":{"type":"overloaded_error"}}"#,
-                false,
-            ),
-            // The words, in a failed result's text, are the agent's: not a limit.
-            (
-                r#"{"type":"result","subtype":"error","is_error":true,"result":"Claude AI usage limit reached|1767225600","terminal_reason":"error"}"#,
-                false,
-            ),
-            (
-                r#"{"type":"result","subtype":"success","is_error":false,"result":"the usage limit reached its cap"}"#,
-                false,
-            ),
-            // Wrong types are no signal.
-            (
-                r#"{"type":"result","is_error":true,"result":"x","terminal_reason":["blocking_limit"],"error":{"type":7}}"#,
-                false,
-            ),
-        ] {
-            assert_eq!(limited(line), want, "{line}");
-        }
-        assert!(!is_usage_limit(None), "no result, no limit");
+    fn each_role_writes_only_its_artifacts() {
+        let paths = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let d = "docs/work-items/SHOP-1";
+        let all = paths(&[
+            &format!("{d}/01-brd.md"),
+            &format!("{d}/04-test-plan.yaml"),
+            &format!("{d}/06-adr/0001-x.md"),
+            &format!("{d}/12-review.md"),
+            &format!("{d}/13-test-report.md"),
+            &format!("{d}/14-deploy-log.md"),
+            "docs/work-items/SHOP-2/01-brd.md",
+            "src/lib.rs",
+            ".claude/settings.json",
+        ]);
+        let bad = |role| out_of_scope(role, "SHOP-1", &all);
+        assert!(bad(Role::Developer).is_empty());
+        let analyst = bad(Role::Analyst);
+        assert!(
+            !analyst
+                .iter()
+                .any(|p| p.ends_with("01-brd.md") && p.contains("SHOP-1"))
+        );
+        assert!(analyst.contains(&"src/lib.rs".to_string()));
+        assert!(analyst.contains(&"docs/work-items/SHOP-2/01-brd.md".to_string()));
+        assert_eq!(bad(Role::Reviewer).len(), all.len() - 1);
+        assert!(!bad(Role::Architect).iter().any(|p| p.contains("06-adr")));
+        assert!(
+            !bad(Role::Tester)
+                .iter()
+                .any(|p| p.ends_with("13-test-report.md"))
+        );
+        assert!(
+            !bad(Role::Deployer)
+                .iter()
+                .any(|p| p.ends_with("14-deploy-log.md"))
+        );
+        // A prefix is a prefix of a name in the directory itself, not of a path below it.
+        assert_eq!(
+            out_of_scope(
+                Role::Analyst,
+                "SHOP-1",
+                &paths(&[&format!("{d}/01-x/evil.sh")])
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            out_of_scope(
+                Role::Reviewer,
+                "SHOP-1",
+                &paths(&["docs/work-items/SHOP-1"])
+            )
+            .len(),
+            1
+        );
     }
 
-    /// An agent that printed "usage limit reached" anywhere in its output opened the breaker
-    /// and stopped all dispatch; the output is data and no longer an input to the decision.
     #[test]
-    fn free_text_in_the_output_does_not_trip_the_breaker() {
-        let failed = r#"{"type":"result","subtype":"error","is_error":true,"result":"stub analyst exit 1","terminal_reason":"error"}"#;
-        let tail = "Claude AI usage limit reached|1767225600\nUSAGE LIMIT REACHED\n";
-        assert!(!is_usage_limit(parse_result(failed).as_ref()));
-        // A result line inside the free text is no different: only the parsed result counts.
-        assert!(!is_usage_limit(
-            tail.lines().rev().find_map(parse_result).as_ref()
-        ));
+    fn protected_paths_are_named_with_why() {
+        for (path, want) in [
+            (".claude/settings.json", Some("agent settings")),
+            ("CLAUDE.md", Some("agent settings")),
+            ("sub/CLAUDE.md", Some("agent settings")),
+            (".mcp.json", Some("agent settings")),
+            (".github/workflows/ci.yml", Some("CI configuration")),
+            (".gitea/workflows/x.yaml", Some("CI configuration")),
+            (".gitlab-ci.yml", Some("CI configuration")),
+            (
+                "docs/work-items/SHOP-1/12-review.md",
+                Some("another stage's artifact"),
+            ),
+            (
+                "docs/work-items/SHOP-1/01-brd.md",
+                Some("another stage's artifact"),
+            ),
+            (
+                "docs/work-items/SHOP-2/src.txt",
+                Some("another work item's artifacts"),
+            ),
+            ("docs/work-items/SHOP-1/10-dev-notes.md", None),
+            ("src/claude.rs", None),
+            (".github/CODEOWNERS", None),
+            ("README.md", None),
+        ] {
+            assert_eq!(protected(path, "SHOP-1"), want, "{path}");
+        }
     }
 
     #[test]

@@ -108,6 +108,18 @@ impl Global<'_> {
 pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
     let w = |reason, detail: String| Some(Wait { reason, detail });
     let t = &job.task;
+    // A job delayed no longer than the open breaker waits for the breaker: that is what the
+    // operator must know (a usage limit delays its job to the breaker's end).
+    if let Some((until, reason)) = g.breaker
+        && until > g.now
+        && job.available_at > g.now
+        && job.available_at <= until
+    {
+        return w(
+            WaitReason::Breaker,
+            format!("{reason} (dispatch suspended until {})", rfc3339(until)),
+        );
+    }
     if job.available_at > g.now {
         return w(
             WaitReason::Delayed,
@@ -189,7 +201,7 @@ pub fn wait_reason(job: &JobFacts<'_>, g: &Global<'_>) -> Option<Wait> {
     {
         return w(
             WaitReason::Breaker,
-            format!("dispatch suspended until {}: {}", rfc3339(until), reason),
+            format!("{reason} (dispatch suspended until {})", rfc3339(until)),
         );
     }
     if g.running >= g.max_concurrency {
@@ -275,7 +287,8 @@ mod tests {
     fn reasons_follow_the_documented_order() {
         // Every reason holds at once; remove them one by one from the front.
         let mut j = base();
-        j.available_at = 2000;
+        // Delayed past the breaker's end (a delay within it reports the breaker, below).
+        j.available_at = 6000;
         j.task.paused = Some((10, "lunch", "ops"));
         j.task.blocked = Some("retries exhausted");
         j.task.held = Some("env");
@@ -320,6 +333,28 @@ mod tests {
             }
         }
         assert_eq!(wait_reason(&j, &gl), None);
+    }
+
+    /// A usage limit delays its job to the breaker's end, and `why` said "delayed" without
+    /// the limit.
+    #[test]
+    fn a_job_delayed_within_the_open_breaker_waits_for_the_breaker() {
+        let mut j = base();
+        j.available_at = 5000;
+        let mut gl = g();
+        gl.breaker = Some((5000, "agent provider rate-limited until 01:23 UTC"));
+        let w = wait_reason(&j, &gl).unwrap();
+        assert_eq!(w.reason, WaitReason::Breaker);
+        assert!(
+            w.detail
+                .starts_with("agent provider rate-limited until 01:23 UTC"),
+            "{}",
+            w.detail
+        );
+        j.available_at = 5001;
+        assert_eq!(reason(&j, &gl), Some("delayed"));
+        gl.breaker = Some((900, "expired"));
+        assert_eq!(reason(&j, &gl), Some("delayed"));
     }
 
     #[test]

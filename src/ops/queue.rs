@@ -500,7 +500,7 @@ fn snapshot_in(ctx: &Ctx, repo: Option<&str>) -> Result<Snapshot> {
             .filter(|(t, _)| *t > ctx.now)
             .map(|(t, r)| BlockedBy {
                 reason: "breaker",
-                detail: format!("dispatch suspended until {}: {r}", rfc3339(*t)),
+                detail: format!("{r} (dispatch suspended until {})", rfc3339(*t)),
             }),
     })
 }

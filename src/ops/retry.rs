@@ -19,7 +19,9 @@ use crate::ops::task::Gesture;
 
 /// A job named by its id, or the newest job of a task (by work item).
 pub fn resolve(ctx: &Ctx, target: &str) -> Result<JobRow> {
-    job_named(ctx, target, |jobs| jobs.iter().max_by_key(|j| j.id.0))
+    job_named(ctx, target, "job", |jobs| {
+        jobs.iter().max_by_key(|j| j.id.0)
+    })
 }
 
 /// The job `target` names: by its id, or the one `pick` chooses among the jobs of the task a
@@ -27,6 +29,7 @@ pub fn resolve(ctx: &Ctx, target: &str) -> Result<JobRow> {
 pub fn job_named(
     ctx: &Ctx,
     target: &str,
+    what: &str,
     pick: impl Fn(&[JobRow]) -> Option<&JobRow>,
 ) -> Result<JobRow> {
     let c = ctx.db.conn();
@@ -41,7 +44,7 @@ pub fn job_named(
     let jobs = db::jobs::of_task(c, task.id)?;
     pick(&jobs)
         .cloned()
-        .ok_or_else(|| usage(format!("`{}` has no job yet", task.work_item)))
+        .ok_or_else(|| usage(format!("`{}` has no {what} yet", task.work_item)))
 }
 
 pub fn retry(ctx: &Ctx, target: &str) -> Result<Gesture> {

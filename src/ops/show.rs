@@ -89,6 +89,8 @@ pub struct SpentOut {
     pub cost_usd: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
     pub wall_s: u64,
 }
 
@@ -99,6 +101,8 @@ impl From<&db::usage::Spent> for SpentOut {
             cost_usd: s.cost_usd,
             input_tokens: s.input_tokens,
             output_tokens: s.output_tokens,
+            cache_read_tokens: s.cache_read_tokens,
+            cache_write_tokens: s.cache_write_tokens,
             wall_s: s.wall_ms / 1000,
         }
     }

@@ -140,7 +140,7 @@ fn logs_follows_a_running_job_to_its_end_and_queue_shows_where_it_logs() {
     assert!(show["jobs"][0]["elapsed_s"].is_number(), "{show:#}");
 
     // Follow by work item until the job ends; the exit code is its outcome.
-    let r = Run::of(&mut w.stub_cmd(&["logs", &wi, "-f", "--agent"]));
+    let r = Run::of(&mut w.stub_cmd(&["logs", &wi, "-f", "--agent", "--raw"]));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("\"type\":\"result\""), "{r:?}");
     assert!(r.stderr.contains("is done"), "{r:?}");

@@ -442,12 +442,18 @@ fn delayed_and_concurrency_and_breaker_reasons() {
     assert_eq!(why, "blocked", "{q:#}");
     assert!(detail.contains("retries exhausted"), "{detail}");
 
-    // delayed wins over everything.
+    // delayed wins over everything, unless its delay ends within the open breaker's: then the
+    // breaker is what it waits for (a usage limit delays its job to the breaker's end).
+    w.sql(&format!(
+        "UPDATE jobs SET available_at = {} WHERE id = {jid}",
+        t + 7200
+    ));
+    assert_eq!(reason(&w.queue(), "SHOP-1").as_deref(), Some("delayed"));
     w.sql(&format!(
         "UPDATE jobs SET available_at = {} WHERE id = {jid}",
         t + 600
     ));
-    assert_eq!(reason(&w.queue(), "SHOP-1").as_deref(), Some("delayed"));
+    assert_eq!(reason(&w.queue(), "SHOP-1").as_deref(), Some("breaker"));
 }
 
 #[test]

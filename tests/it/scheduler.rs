@@ -524,7 +524,10 @@ fn usage_limit_opens_the_breaker_without_spending_an_attempt() {
     let breaker = &q["breaker"];
     assert_eq!(breaker["reason"], "breaker", "{q:#}");
     assert!(
-        breaker["detail"].as_str().unwrap().contains("usage limit"),
+        breaker["detail"]
+            .as_str()
+            .unwrap()
+            .contains("agent provider rate-limited until"),
         "{q:#}"
     );
     let reason_of = |wi: &str| -> String {

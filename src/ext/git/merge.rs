@@ -103,6 +103,93 @@ impl Git {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Every path a worktree changed since commit `since`: in the commits on top of it and in
+    /// its uncommitted state (tracked or not, ignored files aside; both sides of a rename).
+    pub fn changes_since(&self, worktree: &Path, since: &str) -> Result<Vec<String>> {
+        check_sha(since)?;
+        let head = self.rev_parse(worktree, "HEAD")?;
+        let mut paths = if head == since {
+            Vec::new()
+        } else {
+            self.changed_paths(worktree, since, &head)?
+        };
+        let out = self
+            .git_in(worktree)?
+            .args([
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--untracked-files=all",
+                "--no-renames",
+            ])
+            .checked()
+            .with_context(|| format!("listing the changes in {}", worktree.display()))?;
+        // `XY path\0` per entry (no renames, so one path each).
+        for entry in out.stdout.split(|b| *b == 0).filter(|e| e.len() > 3) {
+            paths.push(String::from_utf8_lossy(&entry[3..]).into_owned());
+        }
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
+    }
+
+    /// Put the worktree back as it was at commit `to`: the commits on top of it dropped, every
+    /// uncommitted change and untracked file removed (ignored files are kept).
+    pub fn discard_since(&self, worktree: &Path, to: &str) -> Result<()> {
+        check_sha(to)?;
+        let ctx = || format!("discarding the changes in {}", worktree.display());
+        self.git_in(worktree)?
+            .args(["reset", "--hard", "--quiet", to])
+            .checked()
+            .with_context(ctx)?;
+        self.git_in(worktree)?
+            .args(["clean", "-fdq"])
+            .checked()
+            .with_context(ctx)?;
+        Ok(())
+    }
+
+    /// What the commits of the branch checked out in `worktree` since `base` (`origin/main`)
+    /// changed, commit by commit: `(author name, paths)`, newest first (merges left out).
+    pub fn branch_changes(
+        &self,
+        worktree: &Path,
+        base: &str,
+    ) -> Result<Vec<(String, Vec<String>)>> {
+        let out = self
+            .git_in(worktree)?
+            .args([
+                "log",
+                "--no-merges",
+                "--no-renames",
+                "--format=%x00%an",
+                "--name-only",
+                "-z",
+            ])
+            .arg(format!("{}..HEAD", rev_arg(base)?))
+            .arg("--")
+            .checked()
+            .with_context(|| {
+                format!("listing what the branch changes in {}", worktree.display())
+            })?;
+        // Each commit: NUL, the author, NUL, then a newline and its paths, each ended by a NUL:
+        // split on NUL, an empty field comes before every author.
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut commits: Vec<(String, Vec<String>)> = Vec::new();
+        let mut author_next = false;
+        for field in text.split('\0') {
+            if field.is_empty() {
+                author_next = true;
+            } else if author_next {
+                commits.push((field.to_string(), Vec::new()));
+                author_next = false;
+            } else if let Some((_, paths)) = commits.last_mut() {
+                paths.push(field.trim_start_matches('\n').to_string());
+            }
+        }
+        Ok(commits)
+    }
+
     /// Whether the worktree has uncommitted changes (tracked or not).
     pub fn is_dirty(&self, worktree: &Path) -> Result<bool> {
         let out = self

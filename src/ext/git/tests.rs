@@ -1283,3 +1283,80 @@ fn worktree_remove_is_done_on_disk_and_leaves_a_locked_worktree_to_git() {
     assert!(fx.git.worktree_remove(&lock, &repo, "X-6").is_err());
     assert!(wt.join(".git").exists(), "a locked worktree stays");
 }
+
+#[test]
+fn the_changes_of_a_run_are_listed_and_put_back() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
+        .unwrap();
+    let start = fx.git.rev_parse(&wt, "HEAD").unwrap();
+    assert!(fx.git.changes_since(&wt, &start).unwrap().is_empty());
+    // A commit of its own, an edit, a deletion and an untracked file in a new directory.
+    write_in(&wt, "committed.txt", "c\n");
+    commit_in(&wt, "agent commit");
+    write_in(&wt, "README.md", "changed\n");
+    std::fs::remove_file(wt.join("src/lib.rs")).unwrap();
+    write_in(&wt, "new/dir/file.txt", "n\n");
+    assert_eq!(
+        fx.git.changes_since(&wt, &start).unwrap(),
+        [
+            "README.md",
+            "committed.txt",
+            "new/dir/file.txt",
+            "src/lib.rs"
+        ]
+    );
+    fx.git.discard_since(&wt, &start).unwrap();
+    assert_eq!(fx.git.rev_parse(&wt, "HEAD").unwrap(), start);
+    assert!(fx.git.changes_since(&wt, &start).unwrap().is_empty());
+    assert!(wt.join("src/lib.rs").exists() && !wt.join("new").exists());
+    assert!(fx.git.changes_since(&wt, "not-a-sha").is_err(), "a sha is checked");
+}
+
+#[test]
+fn the_branch_changes_name_their_authors() {
+    let fx = Fx::new();
+    let lock = fx.locked();
+    let wt = fx
+        .git
+        .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
+        .unwrap();
+    assert!(fx.git.branch_changes(&wt, "origin/main").unwrap().is_empty());
+    write_in(&wt, "a.txt", "a\n");
+    write_in(&wt, "b/c.txt", "c\n");
+    let commit_as = |name: &str| {
+        run(&wt, &["add", "-A"]);
+        run(
+            &wt,
+            &[
+                "-c",
+                &format!("user.name={name}"),
+                "-c",
+                "user.email=x@example.invalid",
+                "commit",
+                "--quiet",
+                "-m",
+                "x",
+            ],
+        );
+    };
+    commit_as("orch-developer");
+    write_in(&wt, ".github/workflows/ci.yml", "on: push\n");
+    commit_as("orch-reviewer");
+    assert_eq!(
+        fx.git.branch_changes(&wt, "origin/main").unwrap(),
+        [
+            (
+                "orch-reviewer".to_string(),
+                vec![".github/workflows/ci.yml".to_string()]
+            ),
+            (
+                "orch-developer".to_string(),
+                vec!["a.txt".to_string(), "b/c.txt".to_string()]
+            ),
+        ]
+    );
+}

@@ -1,10 +1,14 @@
-//! The agent run of a job (design §4.4): model and effort, the argv, the role prompt file and the
+//! The agent run of a job (design §4.4): the argv (`invocation`), the role prompt file and the
 //! scrubbed environment; the agent in its own process group under the wall-clock and inactivity
-//! timeouts and the `result` line; then the `agent_runs` row and the outcome — a usage limit
-//! (the breaker, no attempt spent), a failure (retry or fail), or success: commit and push as the
-//! role, the CI command where the repo has one, and the advance as the role.
+//! timeouts and the `result` line; then the `agent_runs` row and what the run was
+//! (`domain::run::classify` over the stream of this attempt). Anything but a success is settled
+//! by `fault` (a usage limit, a provider outage, an environment defect, a failure); a success
+//! has the role's write scope checked, is committed and pushed as the role, gets the CI command
+//! where the repo has one, and ends in the advance as the role.
 
 use std::ffi::OsString;
+use std::io::{BufRead, Seek, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -13,15 +17,24 @@ use tracing::{info, warn};
 use crate::config::{CiMode, RepoCfg};
 use crate::ctx::Ctx;
 use crate::db::{self, jobs::JobRow, tasks::TaskRow};
-use crate::domain::agent::{self, AgentResult};
-use crate::domain::history::Actor;
+use crate::domain::agent;
+use crate::domain::history::{Actor, Outcome};
+use crate::domain::run::RunClass;
 use crate::domain::stage::{JobStatus, Role};
+use crate::domain::stream::{self, Facts};
+use crate::domain::time::Ts;
 use crate::ext::failpoint;
 use crate::ext::proc::{self, Ending, RunOutcome, Spec};
 use crate::ops::advance;
 use crate::ops::attempt::{AttemptOutcome, JobReport, retry_or_fail, still_ours, tail_lines};
 use crate::ops::confine;
 use crate::ops::worktree::{self, Identity};
+
+mod fault;
+mod invocation;
+
+pub use fault::{clock, run_end};
+pub use invocation::{Invocation, builtin_prompt, invocation};
 
 /// Launch the agent of `job` in `worktree` and finish its run.
 pub fn run(
@@ -32,35 +45,21 @@ pub fn run(
     repo: &RepoCfg,
     worktree: &std::path::Path,
 ) -> Result<JobReport> {
-    let outcome = launch_agent(ctx, job, attempt, task, repo, worktree)?;
-    finish_agent_run(ctx, job, attempt, task, repo, worktree, outcome)
+    let launched = launch_agent(ctx, job, attempt, task, repo, worktree)?;
+    finish_agent_run(ctx, job, attempt, task, repo, worktree, launched)
 }
 
-/// The compiled-in role prompts (design §2: `commands/<role>.md`).
-pub fn builtin_prompt(role: Role) -> &'static str {
-    match role {
-        Role::Analyst => include_str!("../../commands/analyst.md"),
-        Role::Architect => include_str!("../../commands/architect.md"),
-        Role::Developer => include_str!("../../commands/developer.md"),
-        Role::Reviewer => include_str!("../../commands/reviewer.md"),
-        Role::Tester => include_str!("../../commands/tester.md"),
-        Role::Deployer => include_str!("../../commands/deployer.md"),
-        // Deterministic roles: `ops::job` runs them itself and never reaches an agent.
-        Role::Releaser | Role::Monitor => "",
-    }
-}
-
-fn default_timeout(role: Role) -> u64 {
-    match role {
-        Role::Developer => 3600,
-        Role::Reviewer => 3000,
-        Role::Analyst
-        | Role::Architect
-        | Role::Tester
-        | Role::Deployer
-        | Role::Releaser
-        | Role::Monitor => 1800,
-    }
+/// What `launch_agent` hands to `finish_agent_run`.
+struct Launched {
+    outcome: RunOutcome,
+    model: Option<String>,
+    effort: Option<String>,
+    started_at: Ts,
+    /// The agent's log, and where this attempt's stream begins in it.
+    log: PathBuf,
+    offset: u64,
+    /// HEAD of the worktree before the agent ran: what the write scope is checked against.
+    start: Option<String>,
 }
 
 /// Build the argv, environment and timeouts, and run the agent.
@@ -71,46 +70,9 @@ fn launch_agent(
     task: &TaskRow,
     repo: &RepoCfg,
     worktree: &std::path::Path,
-) -> Result<(RunOutcome, Option<String>, Option<String>, i64)> {
+) -> Result<Launched> {
     let role = job.role;
     let cfg = &ctx.config.agent;
-    let role_cfg = cfg.roles.get(role.as_str());
-    let repo_cfg = repo.agent.get(role.as_str());
-    let env_model =
-        std::env::var(format!("ORCH_AGENT_MODEL_{}", role.as_str().to_uppercase())).ok();
-    let env_effort = std::env::var(format!(
-        "ORCH_AGENT_EFFORT_{}",
-        role.as_str().to_uppercase()
-    ))
-    .ok();
-    let repo_label = format!("repos[{}].agent.{role}", repo.name);
-    let (model, w1) = agent::resolve(
-        "model",
-        &[
-            (
-                repo_label.as_str(),
-                repo_cfg.and_then(|r| r.model.as_deref()),
-            ),
-            ("ORCH_AGENT_MODEL_<ROLE>", env_model.as_deref()),
-            ("agent.roles", role_cfg.and_then(|r| r.model.as_deref())),
-        ],
-        agent::valid_model,
-    );
-    let (effort, w2) = agent::resolve(
-        "effort",
-        &[
-            (
-                repo_label.as_str(),
-                repo_cfg.and_then(|r| r.effort.as_deref()),
-            ),
-            ("ORCH_AGENT_EFFORT_<ROLE>", env_effort.as_deref()),
-            ("agent.roles", role_cfg.and_then(|r| r.effort.as_deref())),
-        ],
-        agent::valid_effort,
-    );
-    for w in w1.iter().chain(&w2) {
-        warn!("{w}");
-    }
     let prompt_text = match &cfg.prompts_dir {
         Some(dir) => {
             let p = dir.join(format!("{role}.md"));
@@ -130,23 +92,13 @@ fn launch_agent(
     std::fs::write(&prompt_file, prompt_text)
         .with_context(|| format!("writing `{}`", prompt_file.display()))?;
     let session = db::jobs::last_session(ctx.db.conn(), job.id)?;
-    let wt = worktree.display().to_string();
-    let pf = prompt_file.display().to_string();
-    let tools = repo_cfg
-        .and_then(|r| r.tools.clone())
-        .or_else(|| role_cfg.and_then(|r| r.tools.clone()))
-        .unwrap_or_else(|| agent::default_tools(role).to_string());
-    let argv = agent::expand_argv(
-        &cfg.argv,
-        &[
-            ("model", model.as_deref()),
-            ("effort", effort.as_deref()),
-            ("prompt_file", Some(&pf)),
-            ("role", Some(role.as_str())),
-            ("worktree", Some(&wt)),
-            ("session_id", session.as_deref()),
-            ("tools", Some(&tools)),
-        ],
+    let inv = invocation(
+        &ctx.config,
+        role,
+        Some(repo),
+        &prompt_file,
+        worktree,
+        session.as_deref(),
     );
     let wi = &task.base_work_item;
     let artifact_dir = format!("docs/work-items/{wi}");
@@ -160,33 +112,45 @@ fn launch_agent(
             ("ORCH_ARTIFACT_DIR", artifact_dir),
         ],
     );
+    let role_cfg = cfg.roles.get(role.as_str());
     let timeout = role_cfg
         .and_then(|r| r.timeout_s)
-        .unwrap_or_else(|| default_timeout(role));
+        .unwrap_or_else(|| invocation::default_timeout(role));
     let log = ctx
         .config
         .state_dir
         .join("logs")
         .join(format!("job-{}.agent.log", job.id.0));
+    let git = ctx.git();
+    let start = git.rev_parse(worktree, "HEAD").ok();
+    let mut stdin = job.prompt.clone();
+    if role == Role::Reviewer {
+        stdin.push_str(&protected_section(ctx, repo, task, worktree));
+    }
+    let offset = open_attempt(&log, job, attempt)?;
     let started_at = crate::ctx::now();
-    info!(argv = ?argv, "launching the agent");
+    info!(argv = ?inv.argv, "launching the agent");
     let mut spec = Spec {
-        argv: argv.into_iter().map(OsString::from).collect(),
+        argv: inv.argv.into_iter().map(OsString::from).collect(),
         cwd: worktree.to_path_buf(),
         env: child_env,
-        stdin: Some(job.prompt.clone().into_bytes()),
-        log: Some(log),
+        stdin: Some(stdin.into_bytes()),
+        log: Some(log.clone()),
         wall_timeout: Duration::from_secs(timeout),
         inactivity_timeout: Some(Duration::from_secs(cfg.inactivity_timeout_s)),
         grace: Duration::from_secs(5),
         end_marker: Some(Box::new(agent::is_result_line)),
         linger_grace: Duration::from_secs(3),
     };
+    // The agent program itself shows through wherever it is installed (under the service
+    // user's home, which may be the hidden state directory, or under /tmp).
+    let mut readable = vec![prompt_file.clone()];
+    readable.extend(confine::program_paths(&ctx.config, &spec.argv, &spec.env));
     confine::confine(
         ctx,
         repo,
         true,
-        std::slice::from_ref(&prompt_file),
+        &readable,
         &format!("the {role} agent of `{}`", task.work_item),
         &mut spec,
     )?;
@@ -194,10 +158,98 @@ fn launch_agent(
         spec,
         worktree::record_group(ctx, job.id, attempt, "job.agent-running"),
     );
-    Ok((outcome, model, effort, started_at))
+    Ok(Launched {
+        outcome,
+        model: inv.model,
+        effort: inv.effort,
+        started_at,
+        log,
+        offset,
+        start,
+    })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Mark the start of attempt `attempt` in the agent's log (a JSON line of orch's own, so the log
+/// stays one JSON object per line) and return where its stream begins.
+fn open_attempt(log: &Path, job: &JobRow, attempt: u32) -> Result<u64> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating `{}`", dir.display()))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening `{}`", log.display()))?;
+    let offset = f.seek(std::io::SeekFrom::End(0))?;
+    writeln!(
+        f,
+        "{}",
+        stream::attempt_marker(job.id.0, attempt, crate::ctx::now())
+    )
+    .with_context(|| format!("writing `{}`", log.display()))?;
+    Ok(offset)
+}
+
+/// The facts of this attempt's stream, read from its log.
+fn read_facts(log: &Path, offset: u64) -> Facts {
+    let mut facts = Facts::default();
+    let Ok(mut f) = std::fs::File::open(log) else {
+        return facts;
+    };
+    if f.seek(std::io::SeekFrom::Start(offset)).is_err() {
+        return facts;
+    }
+    let mut r = std::io::BufReader::new(f);
+    let mut buf = Vec::new();
+    while r.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+        facts.feed(&String::from_utf8_lossy(&buf));
+        buf.clear();
+    }
+    facts
+}
+
+/// The reviewer is told which protected paths the branch changes: the agents' settings and the
+/// CI configuration whoever changed them, and other stages' artifacts the developer changed. A
+/// developer may change them, never unseen.
+fn protected_section(ctx: &Ctx, repo: &RepoCfg, task: &TaskRow, worktree: &Path) -> String {
+    let commits = match ctx
+        .git()
+        .branch_changes(worktree, &format!("origin/{}", repo.main))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("cannot list what the branch changes: {e:#}");
+            return String::new();
+        }
+    };
+    let developer = Identity::of_role(Role::Developer).name;
+    let mut found = std::collections::BTreeMap::new();
+    for (author, paths) in &commits {
+        for p in paths {
+            match agent::protected(p, &task.base_work_item) {
+                Some(agent::STAGE_ARTIFACT) if *author != developer => {}
+                Some(why) => {
+                    found.insert(p.clone(), why);
+                }
+                None => {}
+            }
+        }
+    }
+    if found.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<String> = found
+        .iter()
+        .map(|(p, why)| format!("- `{}` ({why})", crate::domain::ids::printable(p)))
+        .collect();
+    format!(
+        "\n## Protected paths this branch changes\n\nThe developer changed these paths, which \
+         configure the agents or the CI, or hold another stage's artifacts. Review each change: \
+         one that weakens a check, a permission or an agent's instructions is a P0 finding.\n\n{}\n",
+        lines.join("\n")
+    )
+}
+
 fn finish_agent_run(
     ctx: &Ctx,
     job: &JobRow,
@@ -205,20 +257,27 @@ fn finish_agent_run(
     task: &TaskRow,
     repo: &RepoCfg,
     worktree: &std::path::Path,
-    (outcome, model, effort, started_at): (RunOutcome, Option<String>, Option<String>, i64),
+    l: Launched,
 ) -> Result<JobReport> {
     let now = crate::ctx::now();
-    let result: Option<AgentResult> = outcome
-        .result_line
-        .as_deref()
-        .and_then(agent::parse_result)
-        .or_else(|| {
-            outcome
-                .stdout_tail
-                .lines()
-                .rev()
-                .find_map(agent::parse_result)
-        });
+    let outcome = &l.outcome;
+    let mut facts = read_facts(&l.log, l.offset);
+    if facts.result.is_none() {
+        // The log could not be read back (a full disk): the supervisor's own capture.
+        facts.result = outcome
+            .result_line
+            .as_deref()
+            .and_then(agent::parse_result)
+            .or_else(|| {
+                outcome
+                    .stdout_tail
+                    .lines()
+                    .rev()
+                    .find_map(agent::parse_result)
+            });
+    }
+    let end = run_end(&outcome.ending, ctx.config.agent.inactivity_timeout_s);
+    let class = crate::domain::run::classify(&end, &facts, &outcome.stderr_tail);
     let code = match &outcome.ending {
         Ending::Exited(c) => Some(*c as i64),
         Ending::MarkedDone { code } => code.map(|c| c as i64),
@@ -226,7 +285,7 @@ fn finish_agent_run(
             None
         }
     };
-    let r = result.clone().unwrap_or_default();
+    let r = facts.result.clone().unwrap_or_default();
     if let Some(bad) = &r.rejected_session_id {
         warn!(
             "dropping the agent's session id `{bad}`: not 1 to 128 characters of \
@@ -240,9 +299,9 @@ fn finish_agent_run(
                 job_id: job.id,
                 task_id: task.id,
                 role: job.role,
-                model: model.as_deref(),
-                effort: effort.as_deref(),
-                started_at,
+                model: l.model.as_deref(),
+                effort: l.effort.as_deref(),
+                started_at: l.started_at,
                 finished_at: now,
                 duration_ms: outcome.duration.as_millis() as i64,
                 exit_code: code,
@@ -252,6 +311,7 @@ fn finish_agent_run(
                 cache_write_tokens: r.cache_write_tokens,
                 cost_usd: r.cost_usd,
                 session_id: r.session_id.as_deref(),
+                fault: class.fault(),
             },
         )
     })?;
@@ -263,42 +323,8 @@ fn finish_agent_run(
         detail,
         advance: adv,
     };
-
-    let ok = matches!(
-        outcome.ending,
-        Ending::Exited(0)
-            | Ending::MarkedDone {
-                code: Some(0) | None
-            }
-    ) && !result.as_ref().is_some_and(|r| r.is_error)
-        && (result.is_some() || matches!(outcome.ending, Ending::Exited(0)));
-    // Only a run that did not succeed can be a usage-limit answer, and only its structured
-    // result says so: what the agent printed is data, and must not stop all dispatch.
-    if !ok && agent::is_usage_limit(result.as_ref()) {
-        let until = now + ctx.config.agent.usage_limit_backoff_s as i64;
-        let why = format!("usage limit reached ({})", job.role);
-        ctx.db.write(|tx| {
-            db::misc::open_breaker(tx, until, &why)?;
-            let text = format!(
-                "{why}; dispatch suspended until {}",
-                crate::domain::time::rfc3339(until)
-            );
-            crate::ops::notify::alert(ctx, tx, Some(task), &text);
-            db::jobs::requeue(tx, job.id, attempt, until, &why, true)
-        })?;
-        return Ok(report(AttemptOutcome::Queued, why, None));
-    }
-
-    let ended = describe(&outcome.ending);
-    if !ok {
-        ctx.db
-            .write(|tx| db::jobs::set_exit(tx, job.id, attempt, code, Some(ended.as_str())))?;
-        let detail = format!(
-            "agent {ended}; output tail:\n{}",
-            tail_lines(&outcome.combined_tail, 20)
-        );
-        let status = retry_or_fail(ctx, job, attempt, task, &detail)?;
-        return Ok(report(status, detail, None));
+    if class != RunClass::Succeeded {
+        return fault::settle(ctx, job, attempt, task, outcome, code, &class, now);
     }
 
     // Success: commit what the agent changed as the role, push the feature branch. A
@@ -315,6 +341,38 @@ fn finish_agent_run(
     if !still_ours(ctx, job.id, attempt)? {
         return Ok(stale());
     }
+    let git = ctx.git();
+    let changed = match &l.start {
+        Some(start) => git.changes_since(worktree, start)?,
+        None => Vec::new(),
+    };
+    let outside = agent::out_of_scope(job.role, &task.base_work_item, &changed);
+    if let (false, Some(start)) = (outside.is_empty(), &l.start) {
+        git.discard_since(worktree, start)?;
+        let shown: Vec<String> = outside
+            .iter()
+            .take(20)
+            .map(|p| format!("`{}`", crate::domain::ids::printable(p)))
+            .collect();
+        let allowed: Vec<String> = agent::write_scope(job.role)
+            .unwrap_or(&[])
+            .iter()
+            .map(|a| format!("docs/work-items/{}/{a}", task.base_work_item))
+            .collect();
+        let detail = format!(
+            "the {} changed paths outside its write scope ({}): {}{}; nothing was committed and \
+             the worktree was put back",
+            job.role,
+            allowed.join(", "),
+            shown.join(", "),
+            if outside.len() > 20 { ", …" } else { "" }
+        );
+        warn!("{detail}");
+        ctx.db
+            .write(|tx| db::jobs::set_exit(tx, job.id, attempt, code, Some("write scope")))?;
+        let status = retry_or_fail(ctx, job, attempt, task, &detail)?;
+        return Ok(report(status, detail, None));
+    }
     let msg = format!(
         "{}: {} (job {}, attempt {attempt})",
         task.base_work_item, job.role, job.id.0
@@ -327,6 +385,26 @@ fn finish_agent_run(
     worktree::push(ctx, repo, task, worktree)?;
     info!(commit = ?sha, "pushed {}", task.branch);
     failpoint::hit("job.after-push");
+    // Only the developer may change a protected path (the other roles' scope is narrower).
+    let protected: Vec<String> = changed
+        .iter()
+        .filter(|_| job.role == Role::Developer)
+        .filter_map(|p| agent::protected(p, &task.base_work_item).map(|why| (p, why)))
+        .map(|(p, why)| format!("`{}` ({why})", crate::domain::ids::printable(p)))
+        .collect();
+    if !protected.is_empty() {
+        let reason = format!(
+            "the {} changed protected paths, shown to the reviewer: {}",
+            job.role,
+            protected.join(", ")
+        );
+        warn!("{reason}");
+        if let Err(e) =
+            crate::ops::apply::record_alone(ctx, task, Actor::Supervisor, Outcome::Checked, &reason)
+        {
+            warn!("could not record the protected change: {e:#}");
+        }
+    }
 
     if job.role == Role::Developer && repo.ci.mode == CiMode::Command {
         run_ci_command(ctx, job, attempt, task, repo, worktree)?;
@@ -441,7 +519,7 @@ fn run_ci_command(
             format!(
                 "`{}` {}:\n{}",
                 repo.ci.argv.join(" "),
-                describe(other),
+                other.describe(),
                 tail_lines(&out.combined_tail, 40)
             ),
         ),
@@ -457,8 +535,4 @@ fn run_ci_command(
             crate::ctx::now(),
         )
     })
-}
-
-fn describe(e: &Ending) -> String {
-    e.describe()
 }
