@@ -83,7 +83,6 @@ impl Reply {
     }
 
     /// A server-sent event stream (`text/event-stream`), sent whole.
-    #[allow(dead_code)] // the Messages API fake uses it (issue 17)
     pub fn event_stream(body: String) -> Reply {
         Reply {
             status: 200,
@@ -95,7 +94,6 @@ impl Reply {
     }
 
     /// An answer that never comes: the connection stays open and silent.
-    #[allow(dead_code)] // the Messages API fake uses it (issue 17)
     pub fn hang() -> Reply {
         Reply {
             hang: true,
@@ -104,7 +102,6 @@ impl Reply {
     }
 
     /// The same answer with one more response header.
-    #[allow(dead_code)] // the Messages API fake uses it (issue 17)
     pub fn header(mut self, name: &str, value: &str) -> Reply {
         self.headers.push((name.to_string(), value.to_string()));
         self

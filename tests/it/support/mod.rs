@@ -1,11 +1,14 @@
 //! What the test modules share: the temp [`World`] and its `orch` runs, the one fake HTTP server
 //! and the service fakes on it, signed webhook deliveries, `/proc` helpers, waiting with a
-//! deadline, and the lanes that keep the heaviest tests alone.
+//! deadline, the lanes that keep the heaviest tests alone, and the real Claude Code CLI against a
+//! scripted Messages API.
 
+pub mod fake_claude;
 pub mod fake_http;
 pub mod fakes;
 pub mod lanes;
 pub mod procs;
+pub mod real_cli;
 pub mod sched;
 pub mod webhooks;
 mod world;
@@ -37,7 +40,7 @@ pub fn stub_agent() -> PathBuf {
 }
 
 /// Every knob the stub agent understands; none may leak in from the environment of the tests.
-pub const STUB_KNOBS: [&str; 14] = [
+pub const STUB_KNOBS: [&str; 15] = [
     "STUB_SLEEP",
     "STUB_SAY",
     "STUB_SESSION_ID",
@@ -50,6 +53,7 @@ pub const STUB_KNOBS: [&str; 14] = [
     "STUB_NOTHING_FIRST",
     "STUB_EXTRA_FILE",
     "STUB_EXTRA_TEXT",
+    "STUB_STRAY",
     "STUB_RUN_LOG",
     "STUB_STATE_DIR",
 ];
