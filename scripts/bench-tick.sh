@@ -42,10 +42,26 @@
 #    --locked` into a temporary root inside the output directory (or into --pueue-root DIR,
 #    which is kept and reused), and its daemon runs paused (nothing starts) with a config and
 #    state of its own under the output directory. Targets: orch no slower than pueue, both.
+# F. No waiting for the timer (issue 20): (1) `task add` -> `done` of --pipeline-tasks N tasks
+#    (default 25) one after the other through every stage, the stub at zero sleep, with
+#    `scheduler.launch_on_finish` on and a tick every 10 s (the shipped timer), against 10 such
+#    tasks with it off and ticks back to back; (2) the hop latency over those tasks' hops (a
+#    job's outcome recorded -> its task's next job launched, from the job logs' timestamps);
+#    (3) `orch approve` -> the next job's supervisor launched, over 20 approvals; (4) part B's
+#    throughput world with --chain-jobs N jobs (default 200) at concurrency 8, drained by the
+#    supervisors' passes plus the 10 s timer, against the same drained by ticks every 0.2 s
+#    alone. Targets: median task <= 3 s and <= 1.5x the tight loop; hops median <= 100 ms, max
+#    <= 500 ms; approve <= 200 ms median; chained throughput >= the ticks', max running <= 8;
+#    and (parts B and F) orch's own per-job cost (launch -> outcome recorded, minus the agent's
+#    run and the push, whose time is the remote's receive side) flat: first tenth / last tenth
+#    >= 0.8x.
 #
-# At the end: every target of issue 13 side by side, with its figure and PASS/MISS.
+# At the end: every target of issues 13 and 20 side by side, with its figure and PASS/MISS.
+# Parts A, B, D and E queue their tasks without launching them (`ORCH_LAUNCH_ON_FINISH=false`
+# on the adds, as `pueue add` into a paused group), and B and D drain them with ticks alone:
+# they measure the tick-driven scheduler they always measured.
 #
-# --only picks parts (A, B, C, D, E or a list: --only A,D); --runs N sets part A's and E's
+# --only picks parts (A, B, C, D, E, F or a list: --only A,D); --runs N sets part A's and E's
 # timed runs; --demo-runs N part C's runs; --bin ORCH measures that binary instead of building
 # one (say, a build of main for a before/after). It is a report: it exits 0 whether or not the
 # targets are met, and non-zero when a step or a correctness check fails (3: part B or D
@@ -61,14 +77,16 @@ JOBS=2000
 JOBS1=200
 QUEUED=2000
 TIMEOUT=0
-ONLY="A,B,C,D,E"
+ONLY="A,B,C,D,E,F"
+PIPELINE_TASKS=25
+CHAIN_JOBS=200
 BIN=""
 PUEUE_ROOT=""
 OUT=""
 KEEP=0
 
 usage() {
-    sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,70p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -80,6 +98,8 @@ while [[ $# -gt 0 ]]; do
         --jobs=*) JOBS="${1#--jobs=}"; shift ;;
         --jobs1) JOBS1="${2:?--jobs1 needs a number}"; shift 2 ;;
         --jobs1=*) JOBS1="${1#--jobs1=}"; shift ;;
+        --pipeline-tasks) PIPELINE_TASKS="${2:?--pipeline-tasks needs a number}"; shift 2 ;;
+        --chain-jobs) CHAIN_JOBS="${2:?--chain-jobs needs a number}"; shift 2 ;;
         --queued) QUEUED="${2:?--queued needs a number}"; shift 2 ;;
         --queued=*) QUEUED="${1#--queued=}"; shift ;;
         --bin) BIN="${2:?--bin needs a path}"; shift 2 ;;
@@ -99,7 +119,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "bench-tick: unknown argument \`$1\`" >&2; usage 2 >&2 ;;
     esac
 done
-for v in RUNS DEMO_RUNS JOBS JOBS1 QUEUED; do
+for v in RUNS DEMO_RUNS JOBS JOBS1 QUEUED PIPELINE_TASKS CHAIN_JOBS; do
     if ! [[ "${!v}" =~ ^[1-9][0-9]*$ ]]; then
         echo "bench-tick: --$(tr 'A-Z_' 'a-z-' <<<"$v") must be a positive integer, not \`${!v}\`" >&2
         exit 2
@@ -107,7 +127,7 @@ for v in RUNS DEMO_RUNS JOBS JOBS1 QUEUED; do
 done
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || { echo "bench-tick: --timeout must be seconds" >&2; exit 2; }
 ONLY="$(tr 'a-z' 'A-Z' <<<"$ONLY")"
-[[ "$ONLY" =~ ^[A-E](,?[A-E])*$ ]] || { echo "bench-tick: --only takes A, B, C, D, E or a list (A,D)" >&2; exit 2; }
+[[ "$ONLY" =~ ^[A-F](,?[A-F])*$ ]] || { echo "bench-tick: --only takes A, B, C, D, E, F or a list (A,D)" >&2; exit 2; }
 want() { [[ "$ONLY" == *"$1"* ]]; }
 
 die() { echo "bench-tick: FAIL: $*" >&2; exit 1; }
@@ -212,6 +232,9 @@ if want D; then
 fi
 if want E; then
     part e --queued "$QUEUED" --runs "$RUNS" ${PUEUE_ROOT:+--pueue-root "$PUEUE_ROOT"}
+fi
+if want F; then
+    part f --pipeline-tasks "$PIPELINE_TASKS" --chain-jobs "$CHAIN_JOBS" --timeout "$TIMEOUT"
 fi
 
 echo "== summary ($(nproc) CPUs; load average now $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'))"

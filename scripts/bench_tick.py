@@ -602,7 +602,7 @@ def job_timeline(events):
     idle task gives its worktree back, the repo lock taken for that and the worktree given back;
     and every command with its phase and duration."""
     tl = dict(first_pre=None, agent=None, agent_end=None, pushed=None, gate=None,
-              park_lock=None, parked=None, cmds=[])
+              park_lock=None, parked=None, settled=None, cmds=[])
     open_cmd = None
     for t, lvl, msg in events:
         if t is None:
@@ -619,6 +619,8 @@ def job_timeline(events):
             tl["park_lock"] = t
         elif re.search(r"worktree of \S+ given back", msg):
             tl["parked"] = t
+        elif re.search(r"job \d+ settled: ", msg) and tl["settled"] is None:
+            tl["settled"] = t
         elif re.search(r":\s+running cmd=", msg):
             open_cmd = (t, command_kind(msg))
             if tl["agent"] is None and tl["first_pre"] is None:
@@ -702,28 +704,39 @@ def report_timeline(tls, drain, n_done):
           f"{seg_ms(last, 'agent_end', 'pushed'):.1f} ms")
 
 
-def orch_add(orch, cfg, i, err):
+# The adds only queue (as `pueue add` into a paused group): the launch pass a `task add` runs
+# by default (`scheduler.launch_on_finish`) is off for them; the parts that measure it say so.
+QUEUE_ONLY = dict(BASE_ENV, ORCH_LAUNCH_ON_FINISH="false")
+
+
+def orch_add(orch, cfg, i, err, env=None):
     """`orch task add` of bench task i to repo `shop`: its wall time in ms (a failure ends the
     benchmark)."""
     code, wall, _ = spawn([orch, "--config", cfg, "task", "add", "--repo", "shop",
-                           "--title", f"bench task {i}"], stderr_path=err)
+                           "--title", f"bench task {i}"], env=env or QUEUE_ONLY,
+                          stderr_path=err)
     if code != 0:
         fail(f"`orch task add` #{i} exited {code}: {open(err).read().strip()}")
     return wall * 1000
 
 
-def throughput(a, slots, tag, before_run=None, after_run=None):
+def throughput(a, slots, tag, before_run=None, after_run=None, chain=False, tick_every=None,
+               jobs=None):
     """N analyst jobs through `slots` slots (part B with 8, part D with 1). `before_run` and
     `after_run` are called with the bare remote's path before the first tick and after the
-    last job (part D measures the floor there)."""
-    n, orch, root = a.jobs, a.orch, a.root
+    last job (part D measures the floor there). With `chain`, a tick every `tick_every` s (the
+    shipped timer's 10 s) and the supervisors' own launch passes (`launch_on_finish`) drain the
+    queue; without, only ticks launch, one every TICK_EVERY s."""
+    n, orch, root = jobs or a.jobs, a.orch, a.root
+    tick_every = tick_every or TICK_EVERY
     timeout = a.timeout or max(300, int(1.8 * n))
-    world = os.path.join(a.out, f"throughput-{n}-x{slots}")
+    world = os.path.join(a.out, f"throughput-{n}-x{slots}{'-chain' if chain else ''}")
     if os.path.exists(world):
         shutil.rmtree(world)
     os.makedirs(world)
     print(f"== {tag}. throughput: {n} analyst jobs, max_concurrency {slots}, a tick every "
-          f"{TICK_EVERY} s (timeout {timeout} s), world in {world}")
+          f"{tick_every} s{', supervisors launching as they end' if chain else ''} (timeout "
+          f"{timeout} s), world in {world}")
     remote = os.path.join(world, "remote.git")
     seed = os.path.join(world, "seed")
     git("init", "-q", "--bare", "-b", "main", remote)
@@ -781,7 +794,8 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
     env = dict(BASE_ENV, STUB_RUN_LOG=run_log, STUB_STATE_DIR=stub_state,
                # The tick logs each launch (info) and the supervisor each step and each git
                # command (debug), with a timestamp: the per-job timeline comes from those lines.
-               ORCH_LOG="info,orch=debug")
+               ORCH_LOG="info,orch=debug",
+               ORCH_LAUNCH_ON_FINISH="true" if chain else "false")
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     watcher = Watcher(db, n)
@@ -840,7 +854,10 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
                   f"done, running {watcher.series[-1][2] if watcher.series else 0}, "
                   f"load {loads[-1]}", flush=True)
         k += 1
-        time.sleep(max(0.0, t_start + k * TICK_EVERY - time.perf_counter()))
+        # The next tick is due; the run may end meanwhile (the supervisors drain it).
+        while (time.perf_counter() < t_start + k * tick_every and watcher.t_all_done is None
+               and not STOP["why"]):
+            time.sleep(min(0.02, max(0.0, t_start + k * tick_every - time.perf_counter())))
     t_end = watcher.t_all_done if watcher.t_all_done is not None else time.perf_counter()
     drain = t_end - t_start
     load_after = loadavg()
@@ -929,9 +946,11 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
     check(max_rep_running <= slots, f"max `running` reported by a tick <= {slots}: "
           f"{max_rep_running}")
     launched = sum((t[3] or {}).get("launched", 0) for t in ticks)
-    check(launched == (n if complete else launched) and all(len(v) == 1 for v in launches.values()),
-          f"launches summed over all tick reports: {launched}; every job launched once "
-          f"({len(launches)} distinct)")
+    if not chain:
+        check(launched == (n if complete else launched)
+              and all(len(v) == 1 for v in launches.values()),
+              f"launches summed over all tick reports: {launched}; every job launched once "
+              f"({len(launches)} distinct)")
     check(not tick_trouble, f"every tick exited 0, with no error and no warning "
           f"({len(ticks)} ticks)" + ("".join("\n      " + t for t in tick_trouble[:10])))
     trouble = []
@@ -952,8 +971,19 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
                     more.append(line.strip())
                 trouble.append(f"{name}: {lvl} {msg[:160]} | " + " | ".join(more)[:500])
         timeline[int(m.group(1))] = job_timeline(events)
+        # A supervisor's own launch pass starts further jobs: their launch is in its log.
+        for t, lvl, msg in events:
+            if t is not None and lvl == "INFO" and "launched supervisor" in msg:
+                jm = re.search(r"job=(\d+)", msg)
+                if jm:
+                    launches.setdefault(int(jm.group(1)), []).append(t)
     check(not trouble, f"the supervisor logs hold no WARN/ERROR line ({len(trouble)})"
           + "".join("\n      " + t for t in trouble[:10]))
+    if chain:
+        check(len(launches) == (n if complete else len(launches))
+              and all(len(v) == 1 for v in launches.values()),
+              f"every job launched once, by a tick ({launched}) or by a supervisor "
+              f"({len(launches) - launched}): {len(launches)} distinct")
     check(not still, f"every supervisor exited within 60 s of the last job ({len(still)} alive)")
 
     # ---- figures ------------------------------------------------------------------------
@@ -1019,6 +1049,22 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
         + f"; ticking took {sum(tick_walls) / 1000 / drain * 100:.0f}% of the draining wall time")
     if tls:
         report_timeline(tls, drain, done_for_rate)
+    # orch's own cost per job: from its launch to its outcome recorded, minus the agent's run
+    # and the push (whose time is the remote's receive side, which grows with every branch on
+    # a remote that shares these CPUs), first tenth of the jobs against the last.
+    own = []
+    for jid, t_launch, dur, tl in sorted(tls, key=lambda x: x[0]):
+        if tl.get("settled") is None:
+            continue
+        push = sum(ms for ph, kind, ms in tl["cmds"] if kind == "git push")
+        own.append((tl["settled"] - t_launch) * 1000 - dur - push)
+    own_first = own_last = float("nan")
+    if len(own) >= 20:
+        tenth = len(own) // 10
+        own_first, own_last = statistics.median(own[:tenth]), statistics.median(own[-tenth:])
+        print(f"    orch's own cost per job        first tenth {own_first:.1f} ms, last tenth "
+              f"{own_last:.1f} ms ({own_first / own_last:.2f}x flat): launch -> outcome "
+              f"recorded, minus the agent's run and the push")
     # Completion rate per tenth of the jobs.
     series = watcher.series
     tenths = []
@@ -1045,12 +1091,14 @@ def throughput(a, slots, tag, before_run=None, after_run=None):
     record(**{f"{k}_jobs": n, f"{k}_slots": slots, f"{k}_complete": complete,
               f"{k}_done": done_for_rate, f"{k}_rate": rate, f"{k}_overhead_ms": overhead,
               f"{k}_agent_ms": mean_agent, f"{k}_tenths": tenths,
-              f"{k}_add_ms": statistics.median(adds), f"{k}_correct": not FAILURES})
+              f"{k}_add_ms": statistics.median(adds), f"{k}_correct": not FAILURES,
+              f"{k}_own_first_ms": own_first, f"{k}_own_last_ms": own_last,
+              f"{k}_max_running": watcher.max_running})
     if after_run:
         after_run(remote, world)
     incomplete = "" if complete else f" [INCOMPLETE: {stopped}; {n_done}/{n} done]"
     summary(f"{tag}. throughput, {n} analyst jobs, max_concurrency {slots}, tick every "
-            f"{TICK_EVERY} s{incomplete}:")
+            f"{tick_every} s{' with supervisors launching' if chain else ''}{incomplete}:")
     summary(f"  task add x{n}: {add_total:.2f} s ({add_total / n * 1000:.1f} ms per add)")
     summary(f"  draining {drain:.2f} s for {done_for_rate} jobs: {rate:.2f} jobs/s; mean agent "
             f"{mean_agent:.1f} ms; overhead per job {overhead:.1f} ms (= wall x {slots} / N - "
@@ -1078,6 +1126,187 @@ def part_b(a):
                b_floor_after_ms=statistics.median(floors["after"]))
 
     throughput(a, 8, "B", before, after)
+
+
+# ============================================================================ part F
+
+def small_world(out, name, auto_approve, slots=2):
+    """A bare remote with one commit on main, and a config whose agent is the stub (no sleep):
+    one repo `shop` without a serial gate. Returns (dir, config, database)."""
+    world = os.path.join(out, name)
+    if os.path.exists(world):
+        shutil.rmtree(world)
+    os.makedirs(world)
+    remote, seed = os.path.join(world, "remote.git"), os.path.join(world, "seed")
+    git("init", "-q", "--bare", "-b", "main", remote)
+    git("init", "-q", "-b", "main", seed)
+    with open(os.path.join(seed, "README.md"), "w") as f:
+        f.write("# shop\n")
+    git("-C", seed, "add", "-A")
+    git("-C", seed, "-c", "user.name=bench", "-c", "user.email=bench@orch.invalid",
+        "commit", "-qm", "initial")
+    git("-C", seed, "push", "-q", remote, "main")
+    stub = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub-agent")
+    cfg = os.path.join(world, "orch.yaml")
+    labels = "[auto-approve]" if auto_approve else "[]"
+    with open(cfg, "w") as f:
+        f.write(f"state_dir: {json.dumps(os.path.join(world, 'state'))}\n"
+                f"max_concurrency: {slots}\n"
+                f"agent:\n  argv: [{json.dumps(stub)}]\n"
+                f"  sandbox_writable: [{json.dumps(world)}]\n"
+                f"scheduler:\n  retry_backoff_s: 1\n  reconcile_grace_s: 1\n"
+                f"repos:\n  - name: shop\n    remote: {json.dumps(remote)}\n    prefix: SHOP\n"
+                f"    serial_gate: false\n    default_labels: {labels}\n")
+    return world, cfg, os.path.join(world, "state", "orch.db")
+
+
+class Ticker(threading.Thread):
+    """`orch tick` every `every` s (0: back to back), its stderr appended to `log`."""
+
+    def __init__(self, orch, cfg, env, every, log):
+        super().__init__(daemon=True)
+        self.argv = [orch, "--config", cfg, "tick"]
+        self.env, self.every, self.log = env, every, log
+        self.stop = threading.Event()
+        self.ticks = 0
+
+    def run(self):
+        with open(self.log, "a") as log:
+            while not self.stop.is_set():
+                t = time.perf_counter()
+                subprocess.run(self.argv, env=self.env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=log)
+                self.ticks += 1
+                self.stop.wait(max(0.0, t + self.every - time.perf_counter()))
+
+
+def wait_db(db, sql, want, timeout=120):
+    """Poll `sql` every 5 ms until its one value is `want`; the time it took (None: timeout)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+            v = con.execute(sql).fetchone()[0]
+            con.close()
+            if v == want:
+                return time.perf_counter() - t0
+        except sqlite3.Error:
+            pass
+        time.sleep(0.005)
+    return None
+
+
+def pipeline(a, name, chain, tasks, tick_every):
+    """`task add` -> `done` of `tasks` tasks one after the other (stub at zero sleep, every
+    stage), with a tick every `tick_every` s (0: back to back). Returns (walls s, world)."""
+    world, cfg, db = small_world(a.out, name, auto_approve=True)
+    env = dict(BASE_ENV, ORCH_LAUNCH_ON_FINISH="true" if chain else "false",
+               ORCH_LOG="info,orch=debug", STUB_STATE_DIR=os.path.join(world, "stub-state"))
+    ticker = Ticker(a.orch, cfg, env, tick_every, os.path.join(world, "ticks.log"))
+    walls = []
+    # The first command creates the database before the ticker's first pass.
+    run_capture([a.orch, "--config", cfg, "queue"], env=env)
+    ticker.start()
+    try:
+        for i in range(1, tasks + 1):
+            t0 = time.perf_counter()
+            code, out_text, err = run_capture([a.orch, "--config", cfg, "task", "add", "--repo",
+                                               "shop", "--title", f"pipeline {i}", "--json"],
+                                              env=env)
+            if code != 0:
+                fail(f"{name}: task add exited {code}: {err}")
+            wi = json.loads(out_text)["work_item"]
+            took = wait_db(db, f"SELECT stage FROM tasks WHERE work_item = '{wi}'", "done")
+            if took is None:
+                fail(f"{name}: {wi} did not reach done within 120 s")
+            walls.append(time.perf_counter() - t0)
+    finally:
+        ticker.stop.set()
+        ticker.join()
+    return walls, world, db
+
+
+def hops(world, db):
+    """A job's outcome recorded -> the next job of its task launched, in ms, from the logs."""
+    logs = os.path.join(world, "state", "logs")
+    settled, launched = {}, {}
+    files = [os.path.join(logs, f) for f in os.listdir(logs) if re.match(r"job-\d+\.log$", f)]
+    files.append(os.path.join(world, "ticks.log"))
+    for path in files:
+        for t, lvl, msg in parse_log(path):
+            if t is None:
+                continue
+            m = re.search(r"job (\d+) settled: ", msg)
+            if m:
+                settled[int(m.group(1))] = t
+            if lvl == "INFO" and "launched supervisor" in msg:
+                jm = re.search(r"job=(\d+)", msg)
+                if jm:
+                    launched.setdefault(int(jm.group(1)), t)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    rows = con.execute("SELECT task_id, id FROM jobs ORDER BY task_id, id").fetchall()
+    con.close()
+    out, by_task = [], {}
+    for task, jid in rows:
+        by_task.setdefault(task, []).append(jid)
+    for ids in by_task.values():
+        for prev, nxt in zip(ids, ids[1:]):
+            if prev in settled and nxt in launched:
+                out.append((launched[nxt] - settled[prev]) * 1000)
+    return out
+
+
+def part_f(a):
+    print("== F. no waiting for the timer: launch passes of supervisors and gestures")
+    n_chain, n_tight = a.pipeline_tasks, 10
+    load_before = loadavg()
+    chained, world, db = pipeline(a, "chain-10s", True, n_chain, 10.0)
+    tight, _, _ = pipeline(a, "tight-loop", False, n_tight, 0.0)
+    med_c, med_t = statistics.median(chained), statistics.median(tight)
+    print(f"  task add -> done through every stage, stub at zero sleep: chained with a tick every "
+          f"10 s: median {med_c:.2f} s over {n_chain} tasks (first 10: "
+          f"{statistics.median(chained[:10]):.2f} s; max {max(chained):.2f}); ticks back to back "
+          f"without chaining: median {med_t:.2f} s over {n_tight} ({med_c / med_t:.2f}x)")
+    h = hops(world, db)
+    print(f"  hop latency (a job's outcome recorded -> its task's next job launched), {len(h)} "
+          f"hops: median {statistics.median(h):.1f} ms, p90 {pct(h, 90):.1f}, max {max(h):.1f}")
+    # Approve -> the next job running.
+    world, cfg, db = small_world(a.out, "approve", auto_approve=False)
+    env = dict(BASE_ENV, ORCH_LAUNCH_ON_FINISH="true",
+               STUB_STATE_DIR=os.path.join(world, "stub-state"))
+    appr = []
+    for i in range(1, a.approvals + 1):
+        code, out_text, err = run_capture([a.orch, "--config", cfg, "task", "add", "--repo",
+                                           "shop", "--title", f"approve {i}", "--json"], env=env)
+        if code != 0:
+            fail(f"approve world: task add exited {code}: {err}")
+        wi = json.loads(out_text)["work_item"]
+        if wait_db(db, "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')", 0) is None:
+            fail(f"approve world: {wi}'s analyst did not finish")
+        t0 = time.perf_counter()
+        code, out_text, err = run_capture([a.orch, "--config", cfg, "approve", wi, "--json"],
+                                          env=env)
+        took = (time.perf_counter() - t0) * 1000
+        nxt = json.loads(out_text).get("next") or {}
+        if code != 0 or nxt.get("status") != "launched" or nxt.get("role") != "architect":
+            fail(f"approve {wi}: exit {code}, next {nxt} {err}")
+        appr.append(took)
+        # Let its architect finish before the next round.
+        wait_db(db, "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')", 0)
+    print(f"  orch approve -> the architect's supervisor launched (the command returns once it "
+          f"is): median {statistics.median(appr):.1f} ms, max {max(appr):.1f} ms over "
+          f"{len(appr)} approvals")
+    print(f"  {load_note(load_before, loadavg())}")
+    record(f_pipeline_chain_s=med_c, f_pipeline_chain10_s=statistics.median(chained[:10]),
+           f_pipeline_tight_s=med_t, f_hops=len(h), f_hop_median_ms=statistics.median(h),
+           f_hop_max_ms=max(h), f_approve_ms=statistics.median(appr))
+    summary(f"F. task add -> done: chained (10 s timer) median {med_c:.2f} s, tight ticks "
+            f"{med_t:.2f} s; hops median {statistics.median(h):.1f} ms max {max(h):.1f} ms "
+            f"({len(h)}); approve -> running median {statistics.median(appr):.1f} ms")
+    # Throughput at concurrency 8: the supervisors' passes with the 10 s timer, against ticks
+    # every 0.2 s alone (part B's way), on the same number of tasks.
+    throughput(a, 8, "FC", chain=True, tick_every=10.0, jobs=a.chain_jobs)
+    throughput(a, 8, "FT", chain=False, jobs=a.chain_jobs)
 
 
 # ============================================================================ part C
@@ -1369,14 +1598,37 @@ def targets(a):
                 f"{big / ctl:.2f}x", "<= 1.2x", big <= 1.2 * ctl)
             row("A", f"idle {what}: large / orch --version ({v:.1f} ms)", f"{big / v:.2f}x",
                 "<= 5x", big <= 5 * v)
-    print(f"== targets of issue 13 ({a.orch}; load average now {loadavg()})")
+    if "f_pipeline_chain_s" in r:
+        c, t = r["f_pipeline_chain_s"], r["f_pipeline_tight_s"]
+        row("F", "task add -> done, chained, tick every 10 s (median)", f"{c:.2f} s", "<= 3 s",
+            c <= 3)
+        row("F", f"  ... against ticks back to back ({t:.2f} s)", f"{c / t:.2f}x", "<= 1.5x",
+            c <= 1.5 * t)
+        row("F", f"hop latency, median over {r['f_hops']} hops", f"{r['f_hop_median_ms']:.1f} ms",
+            "<= 100 ms", r["f_hop_median_ms"] <= 100)
+        row("F", "hop latency, max", f"{r['f_hop_max_ms']:.1f} ms", "<= 500 ms",
+            r["f_hop_max_ms"] <= 500)
+        row("F", "orch approve -> next job running (median)", f"{r['f_approve_ms']:.1f} ms",
+            "<= 200 ms", r["f_approve_ms"] <= 200)
+    if "fc_rate" in r and "ft_rate" in r:
+        row("F", f"{r['fc_jobs']} jobs at concurrency 8: chained + 10 s timer vs ticks every "
+            f"{TICK_EVERY} s", f"{r['fc_rate']:.2f} vs {r['ft_rate']:.2f} jobs/s",
+            "chained >= ticks", r["fc_complete"] and r["fc_rate"] >= r["ft_rate"])
+        row("F", "  max running sampled (chained)", f"{r['fc_max_running']}", "<= 8",
+            r["fc_max_running"] <= 8)
+    for k, part in (("b", "B"), ("fc", "F")):
+        f, l = r.get(f"{k}_own_first_ms"), r.get(f"{k}_own_last_ms")
+        if f is not None and l is not None and f == f and l == l:
+            row(part, f"  orch's own cost per job, first / last tenth ({f:.0f} / {l:.0f} ms)",
+                f"{f / l:.2f}x", ">= 0.8x", f / l >= 0.8)
+    print(f"== targets of issues 13 and 20 ({a.orch}; load average now {loadavg()})")
     table(("part", "target", "figure", "goal", "verdict"), rows, left=2)
 
 
 def main():
     global SUMMARY, RESULTS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=("a", "b", "c", "d", "e", "targets"))
+    ap.add_argument("part", choices=("a", "b", "c", "d", "e", "f", "targets"))
     ap.add_argument("--orch", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1386,10 +1638,13 @@ def main():
     ap.add_argument("--timeout", type=int, default=0)
     ap.add_argument("--queued", type=int, default=2000)
     ap.add_argument("--pueue-root", default=None)
+    ap.add_argument("--pipeline-tasks", type=int, default=25)
+    ap.add_argument("--approvals", type=int, default=20)
+    ap.add_argument("--chain-jobs", type=int, default=200)
     a = ap.parse_args()
     SUMMARY = os.path.join(a.out, "summary.txt")
     RESULTS = os.path.join(a.out, "results.json")
-    {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e,
+    {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e, "f": part_f,
      "targets": targets}[a.part](a)
 
 

@@ -71,7 +71,7 @@ etc_dir="$prefix/etc/orch"
 state_dir="$prefix/var/lib/orch"
 config="$etc_dir/orch.yaml"
 secrets="$etc_dir/secrets.env"
-units=(orch-tick.service orch-tick.timer orch-serve.service)
+units=(orch-tick.service orch-tick.timer orch-wake.path orch-serve.service)
 
 # Print a command, then run it unless this is a dry run.
 run() {
@@ -223,5 +223,5 @@ say ""
 say "installed orch into ${prefix:-/}. Next:"
 say "  put each token and webhook secret in its file under $creds_dir (or in $secrets),"
 say "  edit $config (repos, agent), then check with: orch doctor"
-say "  systemctl daemon-reload && systemctl enable --now orch-tick.timer"
+say "  systemctl daemon-reload && systemctl enable --now orch-tick.timer orch-wake.path"
 say "  (orch-serve.service receives webhooks: enable it when a tracker or forge sends them)"

@@ -24,6 +24,14 @@ pub struct ReportOut<'a> {
     dry_run: bool,
 }
 
+/// `orch advance --json`: the decision, and what the launch after it did.
+#[derive(Serialize)]
+struct AdvanceOut<'a> {
+    #[serde(flatten)]
+    report: ReportOut<'a>,
+    next: Option<&'a crate::ops::launch::Next>,
+}
+
 pub fn report_out(r: &Report) -> ReportOut<'_> {
     ReportOut {
         schema_version: 1,
@@ -76,8 +84,14 @@ pub fn run(ctx: &mut Ctx, a: AdvanceArgs) -> Result<Code> {
         },
     };
     let rep = advance::advance(ctx, &req)?;
+    // A decision that queued a job launches it now (a dry run changes nothing).
+    let next = (!rep.dry_run && rep.enqueued_job.is_some())
+        .then(|| crate::ops::launch::after_command(ctx, Some(&rep.work_item)));
     if ctx.json {
-        output::json(&report_out(&rep));
+        output::json(&AdvanceOut {
+            report: report_out(&rep),
+            next: next.as_ref(),
+        });
     } else {
         let prefix = if rep.dry_run { "dry run: " } else { "" };
         output::line(&format!(
@@ -90,6 +104,9 @@ pub fn run(ctx: &mut Ctx, a: AdvanceArgs) -> Result<Code> {
         ));
         if let Some(j) = rep.enqueued_job {
             output::line(&format!("enqueued job {}", j.0));
+        }
+        if let Some(n) = &next {
+            output::line(&n.line());
         }
     }
     // A dry run explains; its exit code still tells what the real call would do.

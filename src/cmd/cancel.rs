@@ -8,5 +8,6 @@ use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str, reason: Option<&str>) -> Result<Code> {
     let g = crate::ops::task::cancel(ctx, wi, reason, Actor::Operator)?;
-    Ok(super::print_gesture(ctx.json, &g))
+    let next = crate::ops::launch::after_command(ctx, None);
+    Ok(super::print_gesture(ctx.json, &g, Some(&next)))
 }

@@ -8,5 +8,6 @@ use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, wi: &str) -> Result<Code> {
     let g = crate::ops::task::confirm_deploy(ctx, wi, Actor::Operator)?;
-    Ok(super::print_gesture(ctx.json, &g))
+    let next = crate::ops::launch::after_command(ctx, Some(&g.work_item));
+    Ok(super::print_gesture(ctx.json, &g, Some(&next)))
 }

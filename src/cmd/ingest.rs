@@ -25,6 +25,7 @@ struct IngestedOut<'a> {
     reason: &'a str,
     work_item: Option<&'a str>,
     replay_of: Option<i64>,
+    next: Option<&'a crate::ops::launch::Next>,
 }
 
 pub fn run(ctx: &mut Ctx, a: IngestArgs) -> Result<Code> {
@@ -45,7 +46,12 @@ pub fn run(ctx: &mut Ctx, a: IngestArgs) -> Result<Code> {
         }
         (None, None) => return Err(usage("name the source: `orch ingest plane|gitea`")),
     };
-    print(ctx.json, &done);
+    // A delivery that acted on a task may have queued its next job: start it now.
+    let next = (done.outcome == ingest::Outcome::Processed)
+        .then_some(done.work_item.as_deref())
+        .flatten()
+        .map(|wi| crate::ops::launch::after_command(ctx, Some(wi)));
+    print(ctx.json, &done, next.as_ref());
     Ok(done.code())
 }
 
@@ -91,7 +97,7 @@ fn read_body(file: Option<&std::path::Path>) -> Result<Vec<u8>> {
     Ok(body)
 }
 
-fn print(json: bool, d: &Ingested) {
+fn print(json: bool, d: &Ingested, next: Option<&crate::ops::launch::Next>) {
     if json {
         output::json(&IngestedOut {
             schema_version: 1,
@@ -103,6 +109,7 @@ fn print(json: bool, d: &Ingested) {
             reason: &d.reason,
             work_item: d.work_item.as_deref(),
             replay_of: d.replay_of,
+            next,
         });
     } else {
         output::line(&format!(
@@ -113,5 +120,8 @@ fn print(json: bool, d: &Ingested) {
             d.event_id,
             d.reason
         ));
+        if let Some(n) = next {
+            output::line(&n.line());
+        }
     }
 }

@@ -33,6 +33,7 @@ pub mod why;
 use serde::Serialize;
 
 use crate::error::Code;
+use crate::ops::launch::Next;
 use crate::ops::task::Gesture;
 use crate::output;
 
@@ -43,10 +44,12 @@ struct GestureOut<'a> {
     message: &'a str,
     exit_code: u8,
     advance: Option<advance::ReportOut<'a>>,
+    next: Option<&'a Next>,
 }
 
-/// Print a human gesture's result (approve, confirm-deploy, cancel, pause, resume).
-pub(crate) fn print_gesture(json: bool, g: &Gesture) -> Code {
+/// Print a human gesture's result (approve, confirm-deploy, cancel, pause, resume), with what
+/// the launch after it did (`next`, when the gesture ran one).
+pub(crate) fn print_gesture(json: bool, g: &Gesture, next: Option<&Next>) -> Code {
     if json {
         output::json(&GestureOut {
             schema_version: 1,
@@ -54,9 +57,13 @@ pub(crate) fn print_gesture(json: bool, g: &Gesture) -> Code {
             message: &g.message,
             exit_code: g.code as u8,
             advance: g.advance.as_ref().map(advance::report_out),
+            next,
         });
     } else {
         output::line(&g.message);
+        if let Some(n) = next {
+            output::line(&n.line());
+        }
     }
     g.code
 }

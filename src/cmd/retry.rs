@@ -7,5 +7,6 @@ use crate::error::Code;
 
 pub fn run(ctx: &mut Ctx, target: &str) -> Result<Code> {
     let g = crate::ops::retry::retry(ctx, target)?;
-    Ok(super::print_gesture(ctx.json, &g))
+    let next = crate::ops::launch::after_command(ctx, Some(&g.work_item));
+    Ok(super::print_gesture(ctx.json, &g, Some(&next)))
 }

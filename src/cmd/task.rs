@@ -21,6 +21,7 @@ struct AddedOut<'a> {
     stage: &'static str,
     branch: &'a str,
     enqueued_job: i64,
+    next: &'a crate::ops::launch::Next,
 }
 
 #[derive(Serialize)]
@@ -288,6 +289,7 @@ fn add(ctx: &mut Ctx, a: TaskAddArgs) -> Result<Code> {
             actor: Actor::Operator,
         },
     )?;
+    let next = crate::ops::launch::after_command(ctx, Some(&added.work_item));
     if ctx.json {
         output::json(&AddedOut {
             schema_version: 1,
@@ -295,12 +297,14 @@ fn add(ctx: &mut Ctx, a: TaskAddArgs) -> Result<Code> {
             stage: "analysis",
             branch: &added.branch,
             enqueued_job: added.job.0,
+            next: &next,
         });
     } else {
         output::line(&format!(
             "added {} on branch {} (not created yet); stage analysis, analyst job {} queued",
             added.work_item, added.branch, added.job.0
         ));
+        output::line(&next.line());
     }
     Ok(Code::Ok)
 }

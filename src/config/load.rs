@@ -1,5 +1,5 @@
 //! Finding and loading `orch.yaml`: `--config`, `$ORCH_CONFIG`, `./orch.yaml`,
-//! `/etc/orch/orch.yaml`; `ORCH_*` overrides; relative paths resolved against the file; then
+//! `/etc/orch/orch.yaml`; `ORCH_*` overrides (`ORCH_LAUNCH_ON_FINISH` among them); relative paths resolved against the file; then
 //! `validate`. Errors name the key and the file.
 
 use std::path::{Path, PathBuf};
@@ -181,6 +181,10 @@ fn finish(
         .into_iter()
         .map(expand)
         .collect::<Result<_>>()?;
+    let mut scheduler = raw.scheduler;
+    if let Some(on) = env_override::<bool>("ORCH_LAUNCH_ON_FINISH")? {
+        scheduler.launch_on_finish = on;
+    }
     let mut services = [raw.tracker, raw.forge, raw.chat];
     for s in services.iter_mut().flatten() {
         s.token_file = s.token_file.take().map(&resolve);
@@ -216,7 +220,7 @@ fn finish(
         forge,
         chat,
         sandbox: raw.sandbox,
-        scheduler: raw.scheduler,
+        scheduler,
         git,
     };
     validate(&cfg)?;

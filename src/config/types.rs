@@ -420,6 +420,27 @@ pub struct SchedulerCfg {
     /// never started (a launch cut short): the reaper gives it its attempt back.
     #[serde(default = "default_launch_grace")]
     pub launch_grace_s: u64,
+    /// A supervisor whose job ended, a gesture and an ingest that changed state run a launch
+    /// pass themselves (`ops::launch`), so the next job starts at once instead of at the next
+    /// tick. `false`: only ticks launch.
+    #[serde(default = "yes")]
+    pub launch_on_finish: bool,
+    /// How a gesture reaches the scheduler: `direct` (it runs the launch pass itself),
+    /// `systemd` (it touches `<state_dir>/wake`, which `orch-wake.path` turns into a tick, and
+    /// waits for its job), `auto` (systemd where systemd runs and `orch-wake.path` is installed,
+    /// and `orch serve` runs as a service; else direct).
+    #[serde(default)]
+    pub wake: WakeMode,
+}
+
+/// `scheduler.wake`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WakeMode {
+    #[default]
+    Auto,
+    Direct,
+    Systemd,
 }
 
 impl Default for SchedulerCfg {
@@ -430,6 +451,8 @@ impl Default for SchedulerCfg {
             retry_backoff_s: default_retry_backoff(),
             stage_alert_after_s: default_stage_alert(),
             launch_grace_s: default_launch_grace(),
+            launch_on_finish: true,
+            wake: WakeMode::Auto,
         }
     }
 }

@@ -27,12 +27,13 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     ("tick.after-reconcile", "tick: reconciled, before claiming"),
     (
-        "tick.after-claim",
-        "tick: a job is claimed, before its supervisor is spawned",
+        "launch.after-claim",
+        "launch pass (a tick's, a supervisor's or a gesture's): a job is claimed, before its \
+         supervisor is spawned",
     ),
     (
-        "tick.after-spawn",
-        "tick: the supervisor is spawned, before it is recorded",
+        "launch.after-spawn",
+        "launch pass: the supervisor is spawned, before it is recorded",
     ),
     ("tick.before-drain", "tick: before delivering the outbox"),
     (
@@ -59,6 +60,14 @@ pub const ALL: &[(&str, &str)] = &[
     (
         "job.after-finish",
         "supervisor: job finished, before the advance",
+    ),
+    (
+        "job.before-launch",
+        "supervisor: the job's outcome is recorded, before its launch pass",
+    ),
+    (
+        "gesture.before-launch",
+        "gesture or ingest: the change is committed, before the launch pass",
     ),
     (
         "ci.running",

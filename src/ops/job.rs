@@ -119,8 +119,16 @@ pub fn run(ctx: &Ctx, id: JobId) -> Result<JobReport> {
     let span = tracing::info_span!("job", work_item = %task.work_item, job = id.0);
     let _g = span.enter();
     let report = supervise_or_requeue(ctx, &job, attempt, &task);
-    // The job is over and its slot free: a task left with nothing to run gives its worktree
-    // back (best effort; the next job re-creates it).
+    if let Ok(r) = &report {
+        info!("job {} settled: {}", id.0, r.status);
+    }
+    // The job's outcome is recorded and its slot free: start what may run now (the next
+    // stage's job, or another task's), as a tick would, instead of waiting for the timer.
+    if report.is_ok() {
+        crate::ops::launch::after_job(ctx);
+    }
+    // A task left with nothing to run gives its worktree back (best effort; the next job
+    // re-creates it).
     match worktree::park_if_idle(ctx, &task) {
         Ok(true) => tracing::debug!("worktree of {} given back: no live job", task.work_item),
         Ok(false) => {}

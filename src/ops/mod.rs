@@ -13,6 +13,7 @@ pub mod fsck;
 pub mod gather;
 pub mod ingest;
 pub mod job;
+pub mod launch;
 pub mod lease;
 pub mod logs;
 pub mod notify;

@@ -582,20 +582,44 @@ pub fn resume(ctx: &Ctx, wi: &str) -> Result<Gesture> {
             "resumed by operator",
         )
     })?;
+    // A breakpoint stopped a transition whose gate had passed: make it now, rather than leave
+    // the task idle until the reconciler notices (its next job then starts at once).
+    let advance = if task.paused_by.as_deref() == Some("breakpoint") && requeue.is_none() {
+        let wi = crate::domain::ids::WorkItem::parse(&task.base_work_item).map_err(usage)?;
+        Some(crate::ops::advance::advance(
+            ctx,
+            &crate::ops::advance::Request {
+                task: TaskRef::WorkItem(wi),
+                expect_stage: Some(task.stage),
+                as_role: None,
+                to: None,
+                dry_run: false,
+                actor: Actor::Operator,
+                note: None,
+                pushed: false,
+            },
+        )?)
+    } else {
+        None
+    };
     Ok(Gesture {
         work_item: task.work_item.clone(),
         code: Code::Ok,
         message: format!(
-            "resumed `{}` in `{}`{}",
+            "resumed `{}` in `{}`{}{}",
             task.work_item,
             task.stage,
             if requeue.is_none() {
                 failed.as_str()
             } else {
                 ""
-            }
+            },
+            advance
+                .as_ref()
+                .map(|a| format!("; {} → {}: {}", a.from, a.to, a.reason))
+                .unwrap_or_default()
         ),
-        advance: None,
+        advance,
     })
 }
 

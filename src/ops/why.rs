@@ -6,6 +6,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::ctx::Ctx;
+use crate::domain::claim::WaitReason;
 use crate::domain::gate::{self, GateResult};
 use crate::domain::ids::TaskRef;
 use crate::domain::stage::{JobStatus, Stage};
@@ -116,8 +117,16 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
             JobStatus::Queued => match world.wait(j) {
                 Some(w) => {
                     set(w.reason.as_str());
+                    let when = match w.reason {
+                        WaitReason::Concurrency | WaitReason::SerialGate | WaitReason::TaskBusy
+                            if ctx.config.scheduler.launch_on_finish =>
+                        {
+                            " It starts as soon as that clears: the job that ends launches the next."
+                        }
+                        _ => "",
+                    };
                     parts.push(format!(
-                        "Job {} ({}) is queued and waits: {} — {}.",
+                        "Job {} ({}) is queued and waits: {} — {}.{when}",
                         j.id.0,
                         j.role,
                         w.reason.as_str(),
@@ -127,8 +136,10 @@ pub fn why(ctx: &Ctx, wi: &str) -> Result<Why> {
                 None => {
                     set("claimable");
                     parts.push(format!(
-                        "Job {} ({}) is queued and claimable: the next `orch tick` starts it.",
-                        j.id.0, j.role
+                        "Job {} ({}) is queued and claimable: {}.",
+                        j.id.0,
+                        j.role,
+                        next_pass(ctx, &world)
                     ));
                 }
             },
@@ -289,4 +300,26 @@ fn release_line(
         }
     }
     Ok(Some(line))
+}
+
+/// Which launch pass will start a claimable job.
+fn next_pass(ctx: &Ctx, world: &World) -> String {
+    let running: Vec<i64> = world
+        .jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Running)
+        .map(|j| j.id.0)
+        .collect();
+    match (ctx.config.scheduler.launch_on_finish, running.first()) {
+        (false, _) => {
+            "the next `orch tick` starts it (`scheduler.launch_on_finish` is off)".to_string()
+        }
+        (true, Some(id)) => format!(
+            "the supervisor of job {id} starts it when that job ends, unless a gesture or the \
+             next `orch tick` does first"
+        ),
+        (true, None) => "the next `orch tick` starts it (no running job's end, and no gesture, \
+                         has launched it)"
+            .to_string(),
+    }
 }

@@ -78,6 +78,17 @@ pub(super) fn answer(
         Route::MetricsJson => Ok(Reply::json(&metrics(ctx)?)),
         Route::Webhook(source) => {
             let got = ingest::ingest(ctx, source, headers, body)?;
+            // A delivery that acted on a task may have queued its next job: start it now (or,
+            // as a systemd service, wake the scheduler), never failing the answer.
+            if got.outcome == ingest::Outcome::Processed
+                && let Some(wi) = got.work_item.as_deref()
+                && let Err(e) = crate::ops::launch::after_gesture(ctx, Some(wi), true)
+            {
+                tracing::warn!(
+                    work_item = wi,
+                    "the launch after this delivery failed: {e:#}"
+                );
+            }
             let status = match got.http_status {
                 s @ 200..=599 => s,
                 other => {

@@ -111,6 +111,9 @@ impl Km {
         plane.add_issue(PLANE_PROJECT, ISSUE, "To Analyse");
         let tg = Telegram::start(TG_TOKEN);
         let w = World::new();
+        // Finishing supervisors and the ingest launch the next job, as in production: their
+        // launch passes are among the points killed.
+        w.launch.store(true, std::sync::atomic::Ordering::Relaxed);
         let suite = w.script("suite.sh", "echo 'tests pass'\nexit 0");
         let ci = w.script("ci.sh", "echo 'ci green'\nexit 0");
         let scan = w.script("scan.sh", "echo 'no leaks found'\nexit 0");
@@ -244,7 +247,8 @@ impl Km {
             .unwrap_or(0)
     }
 
-    /// The Plane delivery that starts the task.
+    /// The Plane delivery that starts the task. Unarmed, it launches nothing: the armed ticks
+    /// start the first job, and the supervisors they start carry the armed failpoints on.
     fn ingest(&self, armed: &[&str]) -> Run {
         let body = plane_issue(7, "To Analyse", "Crash-proof work", &[]);
         let headers = signed_headers("plane", "km-start", "issue", HOOK_SECRET, &body);
@@ -258,7 +262,11 @@ impl Km {
             args.push(format!("{k}: {v}"));
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        feed(&mut self.cmd(&args, armed), &body)
+        let mut c = self.cmd(&args, armed);
+        if armed.is_empty() {
+            c.env("ORCH_LAUNCH_ON_FINISH", "false");
+        }
+        feed(&mut c, &body)
     }
 
     fn fired(&self, point: &str) -> bool {
@@ -332,8 +340,8 @@ fn run_point(point: &str) -> Row {
     armed.extend_from_slice(companions(point));
     let mut runs = 0;
 
-    // Start the task (the ingest point is hit by the start itself; the sender redelivers).
-    if point == "ingest.after-route" {
+    // Start the task (the ingest's points are hit by the start itself; the sender redelivers).
+    if matches!(point, "ingest.after-route" | "gesture.before-launch") {
         let r = km.ingest(&armed);
         runs += 1;
         assert!(km.fired(point), "{point} did not fire on ingest: {r:?}");
@@ -359,7 +367,7 @@ fn run_point(point: &str) -> Row {
         assert!(ok, "{point}: the developer never ran\n{}", km.diagnose());
         let r = km.run(&["cancel", WI], &armed);
         assert!(km.fired(point), "{point} did not fire on cancel: {r:?}");
-    } else if point != "ingest.after-route" {
+    } else if !matches!(point, "ingest.after-route" | "gesture.before-launch") {
         let ok = poll(PHASE, Duration::from_millis(150), || {
             runs += 1;
             // The slow developer gives the running-job points time to be hit mid-run.

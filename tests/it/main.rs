@@ -4,6 +4,7 @@
 
 mod support;
 
+mod chain;
 mod concurrency;
 mod day_audit;
 mod day_docs;

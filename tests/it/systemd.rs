@@ -149,6 +149,22 @@ fn tick_timer_fires_every_ten_seconds() {
     assert_eq!(one(&u, "Install", "WantedBy"), "timers.target");
 }
 
+/// Gestures under systemd wake the scheduler through this unit instead of starting jobs from an
+/// operator's shell; the tick watches the same file (`ops::launch::wake`).
+#[test]
+fn the_wake_path_starts_a_tick_when_a_gesture_writes_the_wake_file() {
+    let u = load("orch-wake.path");
+    assert_eq!(one(&u, "Path", "PathChanged"), "/var/lib/orch/wake");
+    assert_eq!(one(&u, "Path", "Unit"), "orch-tick.service");
+    assert_eq!(one(&u, "Install", "WantedBy"), "paths.target");
+    let tick = load("orch-tick.service");
+    assert_eq!(
+        one(&tick, "Service", "StateDirectory"),
+        "orch orch/tmp",
+        "the watched file lies in the tick's state directory"
+    );
+}
+
 #[test]
 fn serve_service_runs_the_shim_hardened() {
     let u = load("orch-serve.service");
@@ -191,7 +207,12 @@ fn units_pass_systemd_analyze_verify() {
     let tmp = tempdir();
     let bin = env!("CARGO_BIN_EXE_orch");
     let mut files = Vec::new();
-    for name in ["orch-tick.service", "orch-tick.timer", "orch-serve.service"] {
+    for name in [
+        "orch-tick.service",
+        "orch-tick.timer",
+        "orch-wake.path",
+        "orch-serve.service",
+    ] {
         let text = std::fs::read_to_string(units_dir().join(name)).unwrap();
         // The test host has no `orch` user and no /usr/local/bin/orch: point at the binary just
         // built and run as whoever runs the test.
@@ -286,7 +307,9 @@ fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
     assert!(out.status.success(), "{}", show(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("systemctl daemon-reload && systemctl enable --now orch-tick.timer"),
+        stdout.contains(
+            "systemctl daemon-reload && systemctl enable --now orch-tick.timer orch-wake.path"
+        ),
         "{stdout}"
     );
 
@@ -314,7 +337,12 @@ fn install_into_a_staging_root_and_again_without_overwriting_the_config() {
         );
         assert_eq!(mode(&share.join(file)), 0o644, "{file}");
     }
-    for unit in ["orch-tick.service", "orch-tick.timer", "orch-serve.service"] {
+    for unit in [
+        "orch-tick.service",
+        "orch-tick.timer",
+        "orch-wake.path",
+        "orch-serve.service",
+    ] {
         let p = root.join("etc/systemd/system").join(unit);
         assert_eq!(mode(&p), 0o644, "{unit}");
         assert_eq!(

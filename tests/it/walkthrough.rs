@@ -541,10 +541,11 @@ fn breakpoint_pauses_before_the_named_stage() {
         "the breakpoint is used up: {s:#}"
     );
 
-    w.ok(&["resume", &wi], 0);
+    // Resuming at a breakpoint makes the transition it stopped (the gate had passed), instead
+    // of leaving the task idle until the reconciler.
+    let r = w.ok(&["resume", &wi, "--json"], 0).json();
+    assert_eq!(r["advance"]["to"], "review", "{r:#}");
     assert_eq!(w.show(&wi)["paused"], false);
-    let r = w.advance(&wi, 0);
-    assert_eq!(r["to"], "review", "{r:#}");
     assert_eq!(w.stage(&wi), "review");
 }
 

@@ -1313,7 +1313,10 @@ fn the_changes_of_a_run_are_listed_and_put_back() {
     assert_eq!(fx.git.rev_parse(&wt, "HEAD").unwrap(), start);
     assert!(fx.git.changes_since(&wt, &start).unwrap().is_empty());
     assert!(wt.join("src/lib.rs").exists() && !wt.join("new").exists());
-    assert!(fx.git.changes_since(&wt, "not-a-sha").is_err(), "a sha is checked");
+    assert!(
+        fx.git.changes_since(&wt, "not-a-sha").is_err(),
+        "a sha is checked"
+    );
 }
 
 #[test]
@@ -1324,7 +1327,12 @@ fn the_branch_changes_name_their_authors() {
         .git
         .worktree_add(&lock, &fx.repo(), "X-1", "feature/X-1-foo")
         .unwrap();
-    assert!(fx.git.branch_changes(&wt, "origin/main").unwrap().is_empty());
+    assert!(
+        fx.git
+            .branch_changes(&wt, "origin/main")
+            .unwrap()
+            .is_empty()
+    );
     write_in(&wt, "a.txt", "a\n");
     write_in(&wt, "b/c.txt", "c\n");
     let commit_as = |name: &str| {

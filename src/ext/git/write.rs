@@ -58,7 +58,24 @@ impl Git {
             Some(_) => self.git_in(worktree)?.args(["add", "--"]).args(only),
             None => self.git_in(worktree)?.args(["add", "-A"]),
         };
-        add.checked().with_context(ctx)?;
+        // Another job's commit may run git's auto maintenance in the shared clone meanwhile:
+        // its `prune-packed` removes the empty `objects/xx/` directory this add was about to
+        // write into, and git gives up with "unable to create temporary file". The object
+        // store is fine; the add is tried again.
+        let mut tries = 0;
+        loop {
+            let out = add.output().with_context(ctx)?;
+            if out.success() {
+                break;
+            }
+            tries += 1;
+            let raced =
+                String::from_utf8_lossy(&out.stderr).contains("unable to create temporary file");
+            if !raced || tries >= 3 {
+                return Err(add.failure(&out)).with_context(ctx);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20 * tries));
+        }
         // Straight to the commit (one process less on every job): git refuses an empty one
         // with exit 1, and only then is the index asked whether anything was staged.
         let commit = self

@@ -1,6 +1,8 @@
 //! `orch tick` — one scheduler pass (design §4.3): take the tick lock, reap dead supervisors
 //! (`reap`), reclaim dead leases, poll the forge for lost CI webhooks and reconcile idle tasks
-//! (`reconcile`), claim and launch supervisors one job at a time (`launch`), drain the outbox.
+//! (`reconcile`), claim and launch supervisors one job at a time (`launch`, the pass of
+//! `ops::launch` that finishing supervisors and gestures run too; again at the end when a
+//! gesture woke the scheduler meanwhile), drain the outbox.
 //! Each step is isolated, and so is each row of a step: one bad task is logged and skipped, the
 //! pass goes on. `--plan` computes the same and changes nothing.
 
@@ -60,6 +62,7 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
     let r = reconcile::reconcile(&mut p);
     p.isolate("reconcile", r);
     failpoint::hit("tick.after-reconcile");
+    let launch_began = std::time::SystemTime::now();
     let r = launch::launch(&mut p);
     p.isolate("launch", r);
     if !plan {
@@ -80,6 +83,12 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
             p.rep.sent = d.sent;
         }
     }
+    // A gesture that woke the scheduler while this pass was past its launch step (a wake the
+    // path unit could not turn into a second tick, this one being active) is served here.
+    if !plan && woken_since(ctx, launch_began) {
+        let r = launch::launch(&mut p);
+        p.isolate("launch", r);
+    }
     let live = db::jobs::live(ctx.db.conn())?;
     p.rep.running = live
         .iter()
@@ -90,6 +99,13 @@ pub fn tick(ctx: &Ctx, plan: bool) -> Result<TickReport> {
         .filter(|j| j.status == JobStatus::Queued)
         .count() as u32;
     Ok(p.rep)
+}
+
+/// Whether `<state_dir>/wake` was touched since `t`.
+fn woken_since(ctx: &Ctx, t: std::time::SystemTime) -> bool {
+    std::fs::metadata(ctx.config.state_dir.join("wake"))
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| m >= t)
 }
 
 /// Repeat in this tick's log (the journal) the alerts supervisors raised in their job logs

@@ -123,6 +123,8 @@ impl Real {
         std::fs::create_dir_all(s.dir.path().join("home")).unwrap();
         s.w.sandbox
             .store(o.sandbox, std::sync::atomic::Ordering::Relaxed);
+        // Finishing supervisors launch the next stage's job, as in production.
+        s.w.launch.store(true, std::sync::atomic::Ordering::Relaxed);
         Some(Real {
             s,
             fake,
@@ -175,6 +177,16 @@ impl Real {
         }
         c.envs(self.env());
         super::Run::of(&mut c)
+    }
+
+    /// `orch task add` as the world's ticks run it (its launch starts the analyst with the
+    /// CLI's environment); returns the work item.
+    pub fn add(&self, title: &str, extra: &[&str]) -> String {
+        let mut args = vec!["task", "add", "--repo", "shop", "--title", title, "--json"];
+        args.extend_from_slice(extra);
+        let r = self.run(&args);
+        assert_eq!(r.code, 0, "task add: {r:?}");
+        r.json()["work_item"].as_str().unwrap().to_string()
     }
 
     /// Tick until `pred` holds (panics with the whole story at the deadline).

@@ -30,6 +30,10 @@ pub struct Cfg {
     pub extra_repos: String,
     /// Run agents and suites under bubblewrap, the stub's counters shown through.
     pub sandbox: bool,
+    /// Supervisors and gestures launch the next job themselves, as in production; off by
+    /// default here, so a test steps the scheduler one tick at a time (and the stub's knobs,
+    /// given to the ticks, reach every agent).
+    pub launch_on_finish: bool,
 }
 
 impl Default for Cfg {
@@ -44,6 +48,7 @@ impl Default for Cfg {
             reconcile_grace_s: 1,
             extra_repos: String::new(),
             sandbox: false,
+            launch_on_finish: false,
         }
     }
 }
@@ -96,6 +101,9 @@ repos:\n  - name: shop\n    remote: {remote:?}\n    prefix: SHOP\n    serial_gat
         self.w
             .sandbox
             .store(c.sandbox, std::sync::atomic::Ordering::Relaxed);
+        self.w
+            .launch
+            .store(c.launch_on_finish, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `orch tick <args>` with the stub knobs in `env` (and only those).

@@ -21,6 +21,10 @@ pub struct World {
     /// Run agents and suites under bubblewrap (`ORCH_AGENT_SANDBOX`); off unless a test turns
     /// it on.
     pub sandbox: std::sync::atomic::AtomicBool,
+    /// Let supervisors, gestures and ingests launch the next job themselves
+    /// (`ORCH_LAUNCH_ON_FINISH`): on in the scheduler's worlds; off where a test walks a task by
+    /// hand (pushing the artifacts itself), so no agent starts behind its back.
+    pub launch: std::sync::atomic::AtomicBool,
 }
 
 /// What a finished process said.
@@ -185,6 +189,7 @@ impl World {
             scratch,
             dir,
             sandbox: std::sync::atomic::AtomicBool::new(false),
+            launch: std::sync::atomic::AtomicBool::new(false),
         };
         w.write_config(extra);
         w
@@ -267,6 +272,14 @@ impl World {
                 "bwrap"
             } else {
                 "none"
+            },
+        );
+        c.env(
+            "ORCH_LAUNCH_ON_FINISH",
+            if self.launch.load(std::sync::atomic::Ordering::Relaxed) {
+                "true"
+            } else {
+                "false"
             },
         );
         c
