@@ -974,7 +974,8 @@ def throughput(a, slots, tag, before_run=None, after_run=None, chain=False, tick
         # A supervisor's own launch pass starts further jobs: their launch is in its log.
         for t, lvl, msg in events:
             if t is not None and lvl == "INFO" and "launched supervisor" in msg:
-                jm = re.search(r"job=(\d+)", msg)
+                # `job=N` of the message, not of the supervisor's span (`job{… job=M}`).
+                jm = re.search(r"launched supervisor job=(\d+)", msg)
                 if jm:
                     launches.setdefault(int(jm.group(1)), []).append(t)
     check(not trouble, f"the supervisor logs hold no WARN/ERROR line ({len(trouble)})"
@@ -1204,8 +1205,8 @@ def pipeline(a, name, chain, tasks, tick_every):
                ORCH_LOG="info,orch=debug", STUB_STATE_DIR=os.path.join(world, "stub-state"))
     ticker = Ticker(a.orch, cfg, env, tick_every, os.path.join(world, "ticks.log"))
     walls = []
-    # The first command creates the database before the ticker's first pass.
-    run_capture([a.orch, "--config", cfg, "queue"], env=env)
+    # A first (writing) command creates the database before the ticker's passes race it.
+    run_capture([a.orch, "--config", cfg, "tick"], env=env)
     ticker.start()
     try:
         for i in range(1, tasks + 1):
@@ -1240,7 +1241,8 @@ def hops(world, db):
             if m:
                 settled[int(m.group(1))] = t
             if lvl == "INFO" and "launched supervisor" in msg:
-                jm = re.search(r"job=(\d+)", msg)
+                # `job=N` of the message, not of the supervisor's span (`job{… job=M}`).
+                jm = re.search(r"launched supervisor job=(\d+)", msg)
                 if jm:
                     launched.setdefault(int(jm.group(1)), t)
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
@@ -1281,7 +1283,10 @@ def part_f(a):
         if code != 0:
             fail(f"approve world: task add exited {code}: {err}")
         wi = json.loads(out_text)["work_item"]
-        if wait_db(db, "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')", 0) is None:
+        # Its analyst done, the task waits for the approval with no job.
+        if wait_db(db, "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')", 0) is None \
+                or wait_db(db, f"SELECT count(*) FROM jobs j JOIN tasks t ON t.id = j.task_id "
+                               f"WHERE t.work_item = '{wi}' AND j.status = 'done'", 1) is None:
             fail(f"approve world: {wi}'s analyst did not finish")
         t0 = time.perf_counter()
         code, out_text, err = run_capture([a.orch, "--config", cfg, "approve", wi, "--json"],
@@ -1291,8 +1296,9 @@ def part_f(a):
         if code != 0 or nxt.get("status") != "launched" or nxt.get("role") != "architect":
             fail(f"approve {wi}: exit {code}, next {nxt} {err}")
         appr.append(took)
-        # Let its architect finish before the next round.
-        wait_db(db, "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')", 0)
+        # The task runs on through every stage; the next round starts once it is done.
+        if wait_db(db, f"SELECT stage FROM tasks WHERE work_item = '{wi}'", "done") is None:
+            fail(f"approve world: {wi} did not reach done")
     print(f"  orch approve -> the architect's supervisor launched (the command returns once it "
           f"is): median {statistics.median(appr):.1f} ms, max {max(appr):.1f} ms over "
           f"{len(appr)} approvals")

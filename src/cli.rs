@@ -165,6 +165,9 @@ pub enum Command {
         /// Follow the log like `tail -f` until the job ends (exit 0 done, 1 failed, 3 cancelled)
         #[arg(short, long)]
         follow: bool,
+        /// Only the last N lines (with `-f`: of what is there, then everything new)
+        #[arg(short = 'n', long = "tail", value_name = "N")]
+        tail: Option<usize>,
         /// Only the agent's output (`job-<id>.agent.log`), one line per step
         #[arg(long)]
         agent: bool,

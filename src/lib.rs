@@ -64,6 +64,18 @@ fn colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool 
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
+/// clap's usage error as one line: its paragraph up to the usage block, so the argument it
+/// names (`<WORK_ITEM>`) stays in the message.
+fn usage_message(rendered: &str) -> String {
+    let para: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .collect();
+    let text = para.join(" ");
+    text.strip_prefix("error: ").unwrap_or(&text).to_string()
+}
+
 /// The whole program: returns the process exit code.
 pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
     let args: Vec<OsString> = args.into_iter().collect();
@@ -78,9 +90,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
             // A script that asked for JSON gets its error as JSON too, even a usage error.
             if code != 0 && args.iter().skip(1).any(|a| a == "--json") {
                 let rendered = e.render().to_string();
-                let first = rendered.lines().next().unwrap_or_default();
-                let text = first.strip_prefix("error: ").unwrap_or(first);
-                output::json_error(code, text);
+                output::json_error(code, &usage_message(&rendered));
             }
             return ExitCode::from(code);
         }
@@ -220,9 +230,10 @@ fn dispatch(cli: Cli) -> Result<Code> {
         Command::Logs {
             target,
             follow,
+            tail,
             agent,
             raw,
-        } => cmd::logs::run(&mut ctx, &target, follow, agent, raw),
+        } => cmd::logs::run(&mut ctx, &target, follow, tail, agent, raw),
         Command::Doctor { .. } | Command::Completions { .. } | Command::Man | Command::Debug(_) => {
             unreachable!("handled before the context is built")
         }
@@ -250,5 +261,21 @@ mod tests {
         assert!(colour(true, Some(OsStr::new(""))));
         assert!(!colour(true, Some(OsStr::new("1"))));
         assert!(!colour(false, None));
+    }
+
+    /// `orch approve --json` without its work item answered `{"message": "the following
+    /// required arguments were not provided:"}`: the argument's name was lost.
+    #[test]
+    fn a_json_usage_error_keeps_the_missing_arguments_name() {
+        let e = Cli::try_parse_from(["orch", "approve", "--json"]).unwrap_err();
+        let m = usage_message(&e.render().to_string());
+        assert_eq!(
+            m,
+            "the following required arguments were not provided: <WORK_ITEM>"
+        );
+        let e = Cli::try_parse_from(["orch", "tick", "--bogus"]).unwrap_err();
+        let m = usage_message(&e.render().to_string());
+        assert!(m.starts_with("unexpected argument '--bogus' found"), "{m}");
+        assert!(!m.contains("Usage:"), "{m}");
     }
 }

@@ -1,6 +1,6 @@
-//! `orch logs <job-id | WORK-ITEM> [-f] [--agent] [--raw]`: print a job's log; with `-f` follow
-//! it like `tail -f` until the job ends, then exit with its outcome (0 done, 1 failed, 3
-//! cancelled). The supervisor's log comes with the agent's output of that job, rendered one line
+//! `orch logs <job-id | WORK-ITEM> [-f] [-n N] [--agent] [--raw]`: print a job's log (its last
+//! N lines with `-n`); with `-f` follow it like `tail -f` until the job ends, then exit with its
+//! outcome (0 done, 1 failed, 3 cancelled). The supervisor's log comes with the agent's output of that job, rendered one line
 //! per step (`domain::stream::Render`); `--agent` shows the agent's output alone, `--raw` as the
 //! CLI printed it (one JSON event per line). Reads the database read-only and never writes
 //! anything.
@@ -54,10 +54,11 @@ impl Source {
         }
     }
 
-    /// Print every whole line added since the last call (and the rest when `end`).
-    fn pump(&mut self, end: bool) -> Result<()> {
+    /// The whole lines added since the last call (and the rest when `end`), as shown, with
+    /// the heading before the first of them.
+    fn pump(&mut self, end: bool) -> Result<String> {
         let Ok(mut f) = std::fs::File::open(&self.path) else {
-            return Ok(());
+            return Ok(String::new());
         };
         f.seek(SeekFrom::Start(self.offset))?;
         let mut buf = Vec::new();
@@ -75,7 +76,7 @@ impl Source {
                 .map(|i| i + 1)
         };
         let Some(cut) = cut.filter(|c| *c > 0) else {
-            return Ok(());
+            return Ok(String::new());
         };
         let rest = self.pending.split_off(cut);
         let chunk =
@@ -94,20 +95,43 @@ impl Source {
             }
         };
         if text.is_empty() {
-            return Ok(());
+            return Ok(String::new());
         }
-        if let Some(h) = self.heading.take() {
-            output::line(&h);
+        let mut out = self
+            .heading
+            .take()
+            .map(|h| format!("{h}\n"))
+            .unwrap_or_default();
+        out.push_str(&text);
+        if end && !out.ends_with('\n') {
+            out.push('\n');
         }
-        output::text(&text);
-        if end && !text.ends_with('\n') {
-            output::text("\n");
-        }
-        Ok(())
+        Ok(out)
     }
 }
 
-pub fn run(ctx: &mut Ctx, target: &str, follow: bool, agent: bool, raw: bool) -> Result<Code> {
+/// The last `n` lines of `text` (all of it without `n`).
+fn last_lines(text: &str, n: Option<usize>) -> &str {
+    let Some(n) = n else { return text };
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let mut cut = body.len();
+    for _ in 0..n {
+        match body[..cut].rfind('\n') {
+            Some(i) => cut = i,
+            None => return text,
+        }
+    }
+    &text[cut + 1..]
+}
+
+pub fn run(
+    ctx: &mut Ctx,
+    target: &str,
+    follow: bool,
+    tail: Option<usize>,
+    agent: bool,
+    raw: bool,
+) -> Result<Code> {
     if follow && ctx.json {
         return Err(usage(
             "`--follow` streams text; drop `--json` (without `-f`, `--json` prints the log as one object)",
@@ -144,9 +168,11 @@ pub fn run(ctx: &mut Ctx, target: &str, follow: bool, agent: bool, raw: bool) ->
         sources.push(Source::new(agent_log.clone(), !raw, heading));
     }
     if !follow {
+        let mut all = String::new();
         for s in &mut sources {
-            s.pump(true)?;
+            all.push_str(&s.pump(true)?);
         }
+        output::text(last_lines(&all, tail));
         if !sources.iter().any(|s| s.path.exists()) {
             let path = if agent { &agent_log } else { &supervisor };
             tracing::warn!(
@@ -159,6 +185,7 @@ pub fn run(ctx: &mut Ctx, target: &str, follow: bool, agent: bool, raw: bool) ->
         }
         return Ok(Code::Ok);
     }
+    let mut first = true;
     loop {
         // Look at the status first, then read: the lines a job wrote before it ended are
         // printed before the follower leaves.
@@ -166,13 +193,36 @@ pub fn run(ctx: &mut Ctx, target: &str, follow: bool, agent: bool, raw: bool) ->
             .map(|j| j.status)
             .unwrap_or(job.status);
         let ending = logs::ending(status);
+        let mut chunk = String::new();
         for s in &mut sources {
-            s.pump(ending.is_some())?;
+            chunk.push_str(&s.pump(ending.is_some())?);
         }
+        // `-n` cuts what was there when the follower started, like `tail -n N -f`.
+        output::text(if first {
+            last_lines(&chunk, tail)
+        } else {
+            &chunk
+        });
+        first = false;
         if let Some(code) = ending {
             eprintln!("job {} is {status}", job.id.0);
             return Ok(code);
         }
         std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_tail_is_the_last_lines() {
+        assert_eq!(last_lines("a\nb\nc\n", Some(2)), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc", Some(1)), "c");
+        assert_eq!(last_lines("a\nb\n", Some(5)), "a\nb\n");
+        assert_eq!(last_lines("a\nb\n", None), "a\nb\n");
+        assert_eq!(last_lines("a\nb\n", Some(0)), "");
+        assert_eq!(last_lines("", Some(3)), "");
     }
 }

@@ -78,23 +78,26 @@ pub fn of_task_by_stage(c: &Connection, task: TaskId) -> Result<Vec<(Stage, Spen
     Ok(rows)
 }
 
-/// One row of `orch report cost`.
+/// One row of `orch report cost`: what one task's agents spent in one stage.
 #[derive(Debug, Clone)]
 pub struct TaskSpent {
     pub work_item: String,
     pub repo: String,
+    /// The stage the runs worked (their job's), not the task's stage now.
     pub stage: Stage,
     pub spent: Spent,
 }
 
-/// Spending per task of the runs started at or after `since`, optionally of one repo, the most
-/// expensive first.
+/// Spending per task and stage of the runs started at or after `since`, optionally of one
+/// repo: the most expensive task first, its stages in the order they ran.
 pub fn report(c: &Connection, since: Ts, repo: Option<&str>) -> Result<Vec<TaskSpent>> {
     let mut stmt = c.prepare_cached(&format!(
-        "SELECT t.work_item, t.repo, t.stage, {SUMS} FROM agent_runs a \
-         JOIN tasks t ON t.id = a.task_id \
+        "SELECT t.work_item, t.repo, j.stage, {SUMS} FROM agent_runs a \
+         JOIN tasks t ON t.id = a.task_id JOIN jobs j ON j.id = a.job_id \
          WHERE a.started_at >= ?1 AND (?2 IS NULL OR t.repo = ?2) \
-         GROUP BY a.task_id ORDER BY 5 DESC, t.id"
+         GROUP BY a.task_id, j.stage \
+         ORDER BY sum(sum(coalesce(a.cost_usd, 0))) OVER (PARTITION BY a.task_id) DESC, \
+         t.id, min(a.id)"
     ))?;
     let rows = stmt
         .query_map(params![since, repo], |r| {

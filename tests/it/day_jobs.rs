@@ -147,6 +147,20 @@ fn logs_follows_a_running_job_to_its_end_and_queue_shows_where_it_logs() {
     let r = w.ok(&["logs", &id.to_string(), "--json"], 0).json();
     assert_eq!(r["status"], "done", "{r:#}");
     assert!(r["text"].as_str().unwrap().contains("launching the agent") || r["exists"] == true);
+    // `-n` keeps the last lines only (there was no `--tail` before).
+    let all = w.ok(&["logs", &id.to_string()], 0).stdout;
+    let last = w.ok(&["logs", &id.to_string(), "-n", "2"], 0).stdout;
+    assert!(all.lines().count() > 2, "{all}");
+    assert_eq!(
+        last.lines().collect::<Vec<_>>(),
+        all.lines()
+            .rev()
+            .take(2)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+    );
     // Unknown jobs are bad usage.
     assert_eq!(w.orch(&["logs", "999"]).code, 2);
 }
@@ -183,6 +197,8 @@ fn a_task_over_its_budget_is_held_with_the_reason_and_report_cost_sums_it() {
     let rep = w.ok(&["report", "cost", "--json"], 0).json();
     assert_eq!(rep["tasks"][0]["work_item"], wi.as_str(), "{rep:#}");
     assert_eq!(rep["total"]["cost_usd"], 0.0123, "{rep:#}");
+    // The stage the money was spent in, not the task's stage now (it said `architecture`).
+    assert_eq!(rep["tasks"][0]["stage"], "analysis", "{rep:#}");
     let rep = w
         .ok(&["report", "cost", "--since", "1h", "--repo", "shop"], 0)
         .stdout;
